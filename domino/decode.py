@@ -15,6 +15,7 @@ whenever the last step's bonus is kept.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 
@@ -45,6 +46,12 @@ def crop_cache(cache, length: int) -> None:
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)
+
+
+def _cache_kwarg(verifier) -> str:
+    """transformers 5.x renamed ``past_key_values`` to ``cache`` in the model forward."""
+    params = inspect.signature(verifier.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def _aux(hidden_states, layer_ids) -> torch.Tensor:
@@ -91,11 +98,11 @@ def greedy_decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=()) -> Deco
     _check_prompt(verifier, prompt_ids, max_new_tokens)
     dev = verifier.device
     t_start = time.perf_counter()
-    cache = DynamicCache(config=verifier.config)
+    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
     stop = _Stopper(max_new_tokens, eos_ids)
     inp = torch.tensor([prompt_ids], device=dev)
     while True:
-        out = verifier(input_ids=inp, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = verifier(input_ids=inp, **{ck: cache}, use_cache=True, logits_to_keep=1)
         tok = int(out.logits[0, -1].argmax())
         if stop.push(tok):
             break
@@ -161,12 +168,12 @@ def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids
     want_aux = layer_ids is not None
     t_draft = t_verify = 0.0
     t_start = time.perf_counter()
-    cache = DynamicCache(config=verifier.config)
+    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
     stop = _Stopper(max_new_tokens, eos_ids)
     accepted_per_step: list[int] = []
 
     t0 = time.perf_counter()
-    out = verifier(input_ids=torch.tensor([prompt_ids], device=dev), past_key_values=cache,
+    out = verifier(input_ids=torch.tensor([prompt_ids], device=dev), **{ck: cache},
                    use_cache=True, output_hidden_states=want_aux, logits_to_keep=1)
     anchor = int(out.logits[0, -1].argmax())
     t1 = time.perf_counter()
@@ -182,7 +189,7 @@ def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids
         n = min(draft.drafts_per_step, stop.budget - 1)
         drafts = draft.propose(anchor, pos, n) if n > 0 else []
         t1 = time.perf_counter()
-        out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), past_key_values=cache,
+        out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache},
                        use_cache=True, output_hidden_states=want_aux)
         greedy = out.logits[0].argmax(-1).tolist()  # greedy[j] is the verifier's token for pos+j+1
         t2 = time.perf_counter()

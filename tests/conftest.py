@@ -15,7 +15,7 @@ def tiny_verifier(seed=0, vocab=96, layers=4, hidden=64, dtype=torch.float64, ma
     cfg = Qwen3Config(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=max_pos,
-        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False, initializer_range=0.3, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
     model = Qwen3ForCausalLM(cfg).to(dtype).eval()
     return model

@@ -1,0 +1,88 @@
+"""Speculative decoding is lossless: token-for-token the verifier's plain greedy output."""
+
+import pytest
+import torch
+
+from conftest import tiny_drafter
+from domino.decode import NeuralDraft, OracleDraft, crop_cache, greedy_decode, speculative_decode
+
+KINDS = [("dflash", True), ("dflash", False), ("domino", True)]
+
+
+def _prompts(n, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 40, (n,), generator=g).tolist()
+    return [torch.randint(0, vocab - 1, (L,), generator=g).tolist() for L in lengths]
+
+
+def _truncate_at(tokens, eos):
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
+@pytest.mark.parametrize("projector,shift", KINDS)
+def test_lossless_random_weights(verifier, projector, shift):
+    drafter = tiny_drafter(verifier, projector=projector, shift_label=shift)
+    for i, prompt in enumerate(_prompts(50, verifier.config.vocab_size)):
+        max_new = 5 + (i * 7) % 23
+        ref = greedy_decode(verifier, prompt, max_new)
+        out = speculative_decode(verifier, NeuralDraft(drafter), prompt, max_new)
+        assert out.new_token_ids == ref.new_token_ids, f"prompt {i}"
+        assert len(out.new_token_ids) == 1 + out.steps + sum(out.accepted_per_step)
+
+
+def test_lossless_with_eos_and_length_inside_accepted_blocks(verifier):
+    """The oracle accepts whole blocks, so EOS and max_new_tokens land mid-block."""
+    hits = {"eos_mid_block": 0, "length_mid_block": 0}
+    for i, prompt in enumerate(_prompts(60, verifier.config.vocab_size, seed=1)):
+        full = greedy_decode(verifier, prompt, 40).new_token_ids
+        eos = {full[3 + i % 11]}
+        expect = _truncate_at(full, eos)
+        got = greedy_decode(verifier, prompt, 40, eos)
+        assert got.new_token_ids == expect and got.stop_reason == "eos"
+        spec = speculative_decode(verifier, OracleDraft(full, 4), prompt, 40, eos)
+        assert spec.new_token_ids == expect and spec.stop_reason == "eos"
+        if spec.accepted_per_step and spec.accepted_per_step[-1] > 0 and len(expect) > 1:
+            hits["eos_mid_block"] += 1
+        max_new = 6 + i % 5  # not a multiple of the 5 tokens per step
+        spec = speculative_decode(verifier, OracleDraft(full, 4), prompt, max_new)
+        assert spec.new_token_ids == full[:max_new] and spec.stop_reason == "length"
+        hits["length_mid_block"] += max_new % 5 != 1
+    assert all(v > 10 for v in hits.values()), hits
+
+
+@pytest.mark.parametrize("projector,shift", KINDS)
+def test_lossless_with_eos_for_drafters(verifier, projector, shift):
+    drafter = tiny_drafter(verifier, projector=projector, shift_label=shift)
+    for i, prompt in enumerate(_prompts(20, verifier.config.vocab_size, seed=2)):
+        full = greedy_decode(verifier, prompt, 30).new_token_ids
+        eos = {full[(i * 3) % 30]}
+        out = speculative_decode(verifier, NeuralDraft(drafter), prompt, 30, eos)
+        assert out.new_token_ids == _truncate_at(full, eos)
+
+
+def test_oracle_accepts_everything(verifier):
+    prompt = _prompts(1, verifier.config.vocab_size, seed=4)[0]
+    full = greedy_decode(verifier, prompt, 21).new_token_ids
+    out = speculative_decode(verifier, OracleDraft(full, 4), prompt, 21)
+    assert out.accepted_per_step == [4, 4, 4, 4]
+    assert out.new_token_ids == full
+
+
+def test_crop_cache_uses_the_current_api(verifier):
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=verifier.config)
+    with torch.no_grad():
+        verifier(torch.tensor([[1, 2, 3, 4, 5]]), cache=cache, use_cache=True)
+    crop_cache(cache, 3)
+    assert cache.get_seq_length() == 3
+    crop_cache(cache, 7)  # never grows
+    assert cache.get_seq_length() == 3
+
+
+def test_prompt_longer_than_context_is_refused(verifier):
+    with pytest.raises(ValueError, match="context"):
+        greedy_decode(verifier, [1] * 500, 20)

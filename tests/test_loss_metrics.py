@@ -1,0 +1,77 @@
+"""Loss, weights, curriculum and acceptance metrics against cases worked out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from domino.loss import lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce
+from domino.metrics import acceptance_summary
+
+
+def test_slot_weights_by_hand():
+    # gamma = 2, B = 4: classic [0, 1, e^-0.5, e^-1]; shifted [1, e^-0.5, e^-1, e^-1.5]
+    torch.testing.assert_close(slot_weights(4, 2.0, "classic"),
+                               torch.tensor([0.0, 1.0, 0.6065306597, 0.3678794412]))
+    torch.testing.assert_close(slot_weights(4, 2.0, "shifted"),
+                               torch.tensor([1.0, 0.6065306597, 0.3678794412, 0.2231301601]))
+    with pytest.raises(ValueError):
+        slot_weights(4, 2.0, "other")
+
+
+def test_weighted_ce_by_hand():
+    # two slots, vocab 2. Slot 0 logits [0, 0] -> CE ln 2; slot 1 logits [ln 3, 0] target 1 ->
+    # p(1) = 1/4 -> CE ln 4. Weights [1, 0.5], both supervised:
+    # (1 * ln 2 + 0.5 * ln 4) / 2 = ln 2.
+    logits = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0]]])
+    targets = torch.tensor([[0, 1]])
+    mask = torch.tensor([[True, True]])
+    w = torch.tensor([1.0, 0.5])
+    assert weighted_ce(logits, targets, mask, w).item() == pytest.approx(math.log(2))
+    # masking slot 1 leaves ln 2 / 1; a zero weight is not counted as supervised
+    assert weighted_ce(logits, targets, torch.tensor([[True, False]]), w).item() == pytest.approx(math.log(2))
+    w0 = torch.tensor([0.0, 0.5])
+    assert weighted_ce(logits, targets, mask, w0).item() == pytest.approx(0.5 * math.log(4))
+    assert weighted_ce(logits, targets, torch.tensor([[False, False]]), w).item() == 0.0
+
+
+def test_lambda_schedule_by_hand():
+    # lambda0 1, ratio 0.5, 100 steps: 1 at 0, 0.5 at 25, 0 from 50 on
+    assert lambda_at(0, 100, 1.0, 0.5) == 1.0
+    assert lambda_at(25, 100, 1.0, 0.5) == pytest.approx(0.5)
+    assert lambda_at(50, 100, 1.0, 0.5) == 0.0
+    assert lambda_at(90, 100, 1.0, 0.5) == 0.0
+    assert lambda_at(10, 100, 2.0, 0.5) == 1.0  # clipped
+    assert lambda_at(10, 100, 1.0, 0.0) == 0.0
+
+
+def test_lr_schedule_by_hand():
+    assert linear_warmup_lr(0, 100, 10, 1.0) == pytest.approx(0.1)
+    assert linear_warmup_lr(9, 100, 10, 1.0) == pytest.approx(1.0)
+    assert linear_warmup_lr(55, 100, 10, 1.0) == pytest.approx(0.5)
+    assert linear_warmup_lr(100, 100, 10, 1.0) == 0.0
+
+
+def test_slot_accuracy_by_hand():
+    logits = torch.tensor([[[[2.0, 1.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]]])  # (1, 2 anchors, 2 slots, V 2)
+    targets = torch.tensor([[[0, 0], [0, 1]]])
+    mask = torch.tensor([[[True, True], [True, False]]])
+    correct, counted = slot_accuracy(logits, targets, mask)
+    assert correct.tolist() == [1, 0] and counted.tolist() == [2, 1]
+
+
+def test_acceptance_summary_by_hand():
+    # 4 steps over two prompts with 3 drafts each: accepted 0, 2, 3, 1
+    s = acceptance_summary([[0, 2], [3, 1]], 3)
+    assert s["steps"] == 4 and s["accepted"] == 6
+    assert s["acceptance_length"] == pytest.approx(1 + 6 / 4)
+    # a_0 = 3/4 (>= 1), a_1 = 2/4, a_2 = 1/4; AL = 1 + sum a_i
+    assert s["per_position_acceptance"] == pytest.approx([0.75, 0.5, 0.25])
+    assert s["acceptance_length"] == pytest.approx(1 + sum(s["per_position_acceptance"]))
+    assert s["conditional_acceptance"] == pytest.approx([0.75, 2 / 3, 0.5])
+    s = acceptance_summary([[0, 0]], 2)
+    assert s["conditional_acceptance"] == [0.0, 0.0]
+    with pytest.raises(ValueError):
+        acceptance_summary([[4]], 3)
+    with pytest.raises(ValueError):
+        acceptance_summary([[]], 3)
