@@ -1,0 +1,19 @@
+# Domino reproduction workflow: `snakemake --cores 1 reports/model_card.md`.
+# Stages live in workflow/rules/; every rule calls `python -m domino <stage>`.
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/verifier.smk"
+include: "workflow/rules/features.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/benchmark.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "reports/model_card.md",

