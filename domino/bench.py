@@ -75,6 +75,8 @@ def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | N
     stop_ids = eos_ids(tok, verifier.config)
     kwargs = {"enable_thinking": p["data"]["enable_thinking"]} if p["data"].get("enable_thinking") is not None else {}
     tasks = humaneval_prompts(b["dataset"])[: b["max_prompts"]]
+    if not tasks:
+        raise BenchmarkError(f"benchmark.dataset {b['dataset']!r} gave no prompts")
     baseline = None
     if run == "baseline":
         draft = None
@@ -87,11 +89,20 @@ def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | N
     records, acc_lists = [], []
     totals = {"draft_seconds": 0.0, "verify_seconds": 0.0, "seconds": 0.0, "new_tokens": 0}
     mismatches = []
+    limit = verifier.config.max_position_embeddings
+    encoded = [encode_prompt(tok, t["prompt"], b["chat_template"], kwargs) for t in tasks]
+    for t, ids in zip(tasks, encoded):  # refuse before any timing: no partial table
+        if len(ids) + b["max_new_tokens"] > limit:
+            raise BenchmarkError(f"{t['task_id']}: prompt of {len(ids)} tokens + benchmark.max_new_tokens "
+                                 f"{b['max_new_tokens']} exceeds the verifier's context of {limit} positions")
     # one untimed warm-up so allocator and thread-pool start-up does not land on task 0
-    warm = encode_prompt(tok, tasks[0]["prompt"], b["chat_template"], kwargs)
-    greedy_decode(verifier, warm, 4, stop_ids) if draft is None else speculative_decode(verifier, draft, warm, 4, stop_ids)
+    warm, n_warm = encoded[0], min(4, b["max_new_tokens"])
+    if draft is None:
+        greedy_decode(verifier, warm, n_warm, stop_ids)
+    else:
+        speculative_decode(verifier, draft, warm, n_warm, stop_ids)
     for i, t in enumerate(tqdm(tasks, desc=f"benchmark {run}", mininterval=5)):
-        ids = encode_prompt(tok, t["prompt"], b["chat_template"], kwargs)
+        ids = encoded[i]
         if draft is None:
             res = greedy_decode(verifier, ids, b["max_new_tokens"], stop_ids)
         else:

@@ -41,22 +41,37 @@ def _key(path) -> str:
 
 
 def _message(err) -> str:
+    """One line: the dotted key, what is wrong, and what is allowed there."""
     key = _key(err.absolute_path)
-    if err.validator == "additionalProperties":
+    where = f"{key}." if err.absolute_path else ""
+    v, val = err.validator, err.validator_value
+    if v == "additionalProperties":
         allowed = sorted(err.schema.get("properties", {}))
         extra = sorted(set(err.instance) - set(allowed))
-        where = f"{key}." if err.absolute_path else ""
         return f"{where}{extra[0]}: unknown key (allowed here: {', '.join(allowed)})"
-    if err.validator == "required":
-        return f"{key}: {err.message}"
-    if err.validator == "enum":
-        return f"{key}: {err.instance!r} is not allowed (allowed: {', '.join(map(repr, err.validator_value))})"
-    if err.validator == "type":
-        return f"{key}: {err.instance!r} has the wrong type (allowed: {err.validator_value})"
-    if err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[err.validator]
-        return f"{key}: {err.instance!r} is out of range (allowed: {word} {err.validator_value})"
-    return f"{key}: {err.message}"
+    if v == "required":
+        missing = [k for k in val if k not in err.instance] or list(val)
+        allowed = sorted(err.schema.get("properties", {}))
+        return f"{where}{missing[0]}: required key is missing (allowed here: {', '.join(allowed)})"
+    if v == "enum":
+        return f"{key}: {err.instance!r} is not allowed (allowed: {', '.join(map(repr, val))})"
+    if v == "type":
+        return f"{key}: {err.instance!r} has the wrong type (allowed: {val})"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[v]
+        return f"{key}: {err.instance!r} is out of range (allowed: {word} {val})"
+    if v == "pattern":
+        return f"{key}: {err.instance!r} is not allowed (allowed: {err.schema.get('description') or 'matching ' + val})"
+    if v in ("minItems", "maxItems", "minLength", "maxLength"):
+        what = "items" if v.endswith("Items") else "characters"
+        most = "at least" if v.startswith("min") else "at most"
+        return f"{key}: {err.instance!r} has the wrong length (allowed: {most} {val} {what})"
+    if v == "uniqueItems":
+        return f"{key}: {err.instance!r} repeats an item (allowed: distinct items)"
+    if v == "multipleOf":
+        return f"{key}: {err.instance!r} is not allowed (allowed: multiples of {val})"
+    msg = " ".join(err.message.split())
+    return f"{key}: {msg} (allowed: what the schema rule {v}={val!r} accepts)"
 
 
 def load_schema(path: str | Path = SCHEMA) -> dict:
@@ -67,6 +82,9 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     """Schema check with defaults, then the cross-field checks. Returns a new dict."""
     from jsonschema import Draft202012Validator
 
+    if not isinstance(config, dict):
+        raise ConfigError(f"(top level): {type(config).__name__} has the wrong type "
+                          "(allowed: a mapping of config keys)")
     cfg = copy.deepcopy(dict(config))
     schema = schema or load_schema()
     validator = _with_defaults(Draft202012Validator)(schema)
@@ -84,7 +102,8 @@ def _verifier_facts(cfg: dict) -> dict | None:
     if v["source"] == "embedded":
         e = v.get("embedded")
         if e is None:
-            raise ConfigError("verifier.embedded: required when verifier.source is 'embedded'")
+            raise ConfigError("verifier.embedded: required key is missing when verifier.source is 'embedded' "
+                              "(allowed: a mapping of the embedded model's sizes, defaults filled in)")
         # the tokenizer holds vocab_size - 1 trained tokens (ChatML specials included) + <|MASK|> last
         return {"layers": e["num_layers"], "vocab": e["vocab_size"], "real_vocab": e["vocab_size"] - 1,
                 "mask_id": e["vocab_size"] - 1}
@@ -99,13 +118,25 @@ def _verifier_facts(cfg: dict) -> dict | None:
     cfile = path / "config.json"
     if not cfile.exists():
         raise ConfigError(f"verifier.source: {src!r} has no config.json (allowed: a save_pretrained directory)")
-    c = json.loads(cfile.read_text())
-    if c.get("model_type") != "qwen3":
-        raise ConfigError(f"verifier.source: model_type is {c.get('model_type')!r} (allowed: a Qwen3 causal LM)")
+    try:
+        c = json.loads(cfile.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"verifier.source: {cfile} is not valid JSON ({err}) (allowed: a save_pretrained "
+                          "directory)") from None
+    if not isinstance(c, dict) or c.get("model_type") != "qwen3":
+        mt = c.get("model_type") if isinstance(c, dict) else None
+        raise ConfigError(f"verifier.source: model_type is {mt!r} (allowed: a Qwen3 causal LM)")
+    missing = [k for k in ("num_hidden_layers", "vocab_size") if not isinstance(c.get(k), int)]
+    if missing:
+        raise ConfigError(f"verifier.source: {cfile} lacks {', '.join(missing)} (allowed: a complete Qwen3 config)")
     facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None}
     tfile = path / "tokenizer.json"
     if tfile.exists():
-        t = json.loads(tfile.read_text())
+        try:
+            t = json.loads(tfile.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"verifier.source: {tfile} is not valid JSON ({err}) (allowed: a tokenizers "
+                              "tokenizer.json)") from None
         ids = set(t.get("model", {}).get("vocab", {}).values() if isinstance(t.get("model", {}).get("vocab"), dict) else [])
         ids |= {a["id"] for a in t.get("added_tokens", [])}
         masks = [a["id"] for a in t.get("added_tokens", []) if a["content"] == "<|MASK|>"]
@@ -124,7 +155,7 @@ def _cross_checks(cfg: dict) -> None:
         raise ConfigError(f"drafter.pure_draft_prefix_len: {d['pure_draft_prefix_len']} (allowed: < block_size)")
     for name, k in kinds.items():
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
-            raise ConfigError(f"checkpoints.{name}: needs block_size >= 2")
+            raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]
     if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
         raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 import sysconfig
 import textwrap
 from pathlib import Path
@@ -38,15 +39,19 @@ class DataError(ValueError):
 
 
 def iter_json_array_records(fh, chunk_chars: int = 1 << 20):
-    """Yield the objects of a JSON array one by one; stop quietly where the text is cut off."""
+    """Yield the objects of a JSON array one by one; stop quietly where the text is cut off.
+
+    Only a cut-off tail is forgiven: text that is malformed before the end of the file raises
+    ``DataError`` with the record number and character offset.
+    """
     dec = json.JSONDecoder()
     buf, pos, eof, started = "", 0, False, False
+    base, n = 0, 0  # characters dropped from the front of buf; records yielded
     while True:
         if len(buf) - pos < chunk_chars and not eof:
             more = fh.read(chunk_chars)
             eof = not more
-            buf = buf[pos:] + more
-            pos = 0
+            buf, base, pos = buf[pos:] + more, base + pos, 0
         while pos < len(buf) and buf[pos] in " \t\r\n,":
             pos += 1
         if not started:
@@ -62,22 +67,38 @@ def iter_json_array_records(fh, chunk_chars: int = 1 << 20):
             return
         try:
             obj, end = dec.raw_decode(buf, pos)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as err:
             if eof:
-                return  # the truncated tail
+                if _cut_off(buf, err):
+                    return  # the truncated tail
+                raise DataError(f"malformed JSON in record {n + 1} at character {base + err.pos}: {err.msg}") from None
             if len(buf) - pos > 64 * chunk_chars:
                 raise DataError("a record larger than 64 MiB: not a ShareGPT file?") from None
             more = fh.read(chunk_chars)
             eof = not more
-            buf = buf[pos:] + more
-            pos = 0
+            buf, base, pos = buf[pos:] + more, base + pos, 0
             continue
         yield obj
+        n += 1
         pos = end
+
+
+def _cut_off(buf: str, err: json.JSONDecodeError) -> bool:
+    """True when the decoder failed only because the text ends inside a value."""
+    if err.msg.startswith("Unterminated string"):
+        return True  # no closing quote before the end of the text
+    rest = buf[err.pos:].strip()
+    if not rest:
+        return True
+    if any(w.startswith(rest) for w in ("true", "false", "null")):
+        return True
+    return re.fullmatch(r"[-+.0-9eE]+", rest) is not None  # a number cut off in its exponent
 
 
 def sharegpt_messages(record: dict) -> list[dict] | None:
     """ShareGPT ``conversations`` -> chat messages; None when the record has no usable turns."""
+    if not isinstance(record, dict):
+        return None
     turns = record.get("conversations") or record.get("messages")
     if not isinstance(turns, list):
         return None
@@ -210,7 +231,7 @@ def tokenize_conversation(tokenizer, messages: list[dict], seq_len: int, chat_te
     spans, cursor = [], 0
     end_of_turn = "<|im_end|>"
     for m in messages:
-        at = text.find(m["content"], cursor) if m["content"] else -1
+        at = _locate(text, m["content"], cursor, end_of_turn) if m["content"] else -1
         if at < 0:
             if m["role"] == "assistant" and m["content"]:
                 raise DataError("assistant content not found in the rendered chat template")
@@ -230,6 +251,18 @@ def tokenize_conversation(tokenizer, messages: list[dict], seq_len: int, chat_te
             j += 1
         mask.append(int(j < len(spans) and s < spans[j][1] and e > spans[j][0]))
     return ids[:seq_len], mask[:seq_len]
+
+
+def _locate(text: str, content: str, cursor: int, end_of_turn: str) -> int:
+    """Where ``content`` was rendered, at or after ``cursor``: the first occurrence that the
+    template closes with ``end_of_turn``, so that a short content ("a", "assistant") is not
+    taken for a piece of the turn header; without one, the first occurrence."""
+    first = at = text.find(content, cursor)
+    while at >= 0:
+        if text.startswith(end_of_turn, at + len(content)):
+            return at
+        at = text.find(content, at + 1)
+    return first
 
 
 def prepare_records(tokenizer, records, seq_len: int, val_fraction: float, seed: int, chat_template_kwargs=None):

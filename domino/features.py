@@ -8,13 +8,17 @@ One shard holds ``shard_samples`` conversations, concatenated along the token ax
   at each position, i.e. its prediction for the next position
 * ``offsets`` (samples+1,) int64: where each conversation starts
 
-Each shard is written atomically with a ``.sha256`` sidecar; a rerun skips shards whose
-sidecar matches, so an interrupted extraction resumes at the first missing shard.
+Each shard is written atomically with a ``.sha256`` sidecar (the file's sha256, then a key of
+the inputs it was made from: the verifier's config and weights, the conversations, the aux
+ids, the draft vocabulary, the batch size and the dtype); a rerun skips shards whose sidecar
+matches both, so an interrupted extraction resumes at the first missing shard and a shard
+left over from other inputs is never reused.
 ``index.json`` is written last and is what later stages (and Snakemake) take as done.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -54,18 +58,24 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     dev = verifier.device
     head = verifier.get_output_embeddings().weight[draft_target_ids.to(dev)]  # (Vd, H)
     n_shards = math.ceil(len(rows) / shard_samples)
+    common = _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype)
     shards = []
     bar = tqdm(total=len(rows), desc=f"extract {out_dir.name}", mininterval=5)
     for s in range(n_shards):
         part = rows[s * shard_samples:(s + 1) * shard_samples]
         name = f"shard-{s:05d}.safetensors"
         path, side = out_dir / name, out_dir / f"{name}.sha256"
-        if path.exists() and side.exists() and side.read_text().strip() == sha256_file(path):
+        key = _part_key(common, part)
+        recorded = side.read_text().split() if side.exists() else []
+        if path.exists() and len(recorded) == 3 and recorded[1:] == ["inputs", key] \
+                and recorded[0] == sha256_file(path):
             log(f"{name}: present and verified, skipped")
             shards.append({"file": name, "samples": len(part), "tokens": sum(len(r["input_ids"]) for r in part),
-                           "sha256": side.read_text().strip()})
+                           "sha256": recorded[0]})
             bar.update(len(part))
             continue
+        if path.exists():
+            log(f"{name}: present but unverified or made from other inputs, extracted again")
         tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype])
         from safetensors.torch import save_file
 
@@ -73,7 +83,7 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
             save_file(tensors, str(tmp))
         digest = sha256_file(path)
         with atomic_path(side) as tmp:
-            tmp.write_text(digest + "\n")
+            tmp.write_text(f"{digest}\ninputs {key}\n")
         shards.append({"file": name, "samples": len(part), "tokens": int(tensors["input_ids"].numel()),
                        "sha256": digest})
         bar.update(len(part))
@@ -82,6 +92,25 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
              "samples": len(rows), "tokens": n_tokens, "draft_vocab_size": int(len(draft_target_ids))}
     write_json(out_dir / "index.json", index)
     return index
+
+
+def _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype) -> str:
+    """What every shard depends on besides its conversations: settings, verifier config and weights."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"aux_layer_ids": list(aux_layer_ids), "draft": [int(i) for i in draft_target_ids.tolist()],
+                         "batch_size": batch_size, "dtype": dtype,
+                         "config": verifier.config.to_diff_dict()}, sort_keys=True, default=str).encode())
+    for name, t in sorted(verifier.state_dict().items()):
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def _part_key(common: str, part: list[dict]) -> str:
+    h = hashlib.sha256(common.encode())
+    for r in part:
+        h.update(json.dumps([list(r["input_ids"]), list(r["loss_mask"])], separators=(",", ":")).encode())
+    return h.hexdigest()
 
 
 def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype):

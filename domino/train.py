@@ -215,7 +215,8 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
     """Train ``drafter`` in place; write ``checkpoint/``, ``metrics.jsonl`` and ``summary.json``.
 
     A state file ``state/state.pt`` is saved every ``checkpoint_every`` steps and on SIGTERM;
-    a rerun with the same inputs resumes from it. ``max_steps`` stops early (for tests that
+    a rerun with the same inputs resumes from it (a state from other settings, features or drafter
+    config is refused, naming the file). ``max_steps`` stops early (for tests that
     simulate a crash); the state is saved there too.
     """
     from tqdm import tqdm
@@ -230,10 +231,18 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
     step, metrics, seconds = 0, [], 0.0
+    inputs = _inputs_fingerprint(drafter, feats)
     if state_path.exists():
-        st = torch.load(state_path, map_location=device, weights_only=False)
-        if st["config"] != asdict(cfg) or st["total_steps"] != total:
+        try:
+            st = torch.load(state_path, map_location=device, weights_only=False)
+        except Exception as err:  # atomic writes make this rare: a damaged disk, a foreign file
+            raise RuntimeError(f"{state_path} cannot be read ({type(err).__name__}: {err}); "
+                               "delete it to start over") from None
+        if st.get("config") != asdict(cfg) or st.get("total_steps") != total:
             raise RuntimeError(f"{state_path} was written with other training settings; delete it to start over")
+        if st.get("inputs") != inputs:
+            raise RuntimeError(f"{state_path} was written for other features or another drafter config; "
+                               "delete it to start over")
         drafter.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         step, metrics, seconds = st["step"], st["metrics"], st["seconds"]
@@ -241,7 +250,7 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
 
     def save_state():
         st = {"model": drafter.state_dict(), "optimizer": opt.state_dict(), "step": step, "metrics": metrics,
-              "seconds": seconds, "config": asdict(cfg), "total_steps": total}
+              "seconds": seconds, "config": asdict(cfg), "total_steps": total, "inputs": inputs}
         with atomic_path(state_path) as tmp:
             torch.save(st, tmp)
 
@@ -288,6 +297,22 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
     if state_path.exists():
         state_path.unlink()
     return summary
+
+
+def _inputs_fingerprint(drafter, feats: dict) -> str:
+    """What a saved state is only valid for: the drafter's config and the features' content."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps(asdict(drafter.cfg), sort_keys=True, default=str).encode())
+    shards = (feats.get("index") or {}).get("shards") if isinstance(feats.get("index"), dict) else None
+    if shards and all(sh.get("sha256") for sh in shards):
+        h.update(json.dumps([sh["sha256"] for sh in shards]).encode())
+    else:
+        for k in ("input_ids", "loss_mask", "target", "offsets", "aux"):
+            t = feats[k].detach().cpu().contiguous()
+            h.update(f"{k} {t.dtype} {tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
 
 
 def _write_jsonl(path, rows):

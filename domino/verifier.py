@@ -35,7 +35,13 @@ def train_tokenizer(texts, vocab_size: int, out_dir: str | Path):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # newlines are tokens of their own: the chat template's generation prompt ends in "\n", and a
+    # tokenizer that merges "\n" with the next line's indentation never shows that lone "\n"
+    # before an indented body in training
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split("\n", behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size - 1, special_tokens=SPECIAL_TOKENS[:3],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)

@@ -1,0 +1,204 @@
+"""Issue 5, bad config: every bad value is refused before any job runs, in one line naming the
+key and what is allowed. ``validate_config`` directly, and three through the real Snakemake CLI."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from domino.config import ConfigError, validate_config
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def _set(cfg, dotted, value):
+    *head, last = dotted.split(".")
+    node = cfg
+    for k in head:
+        node = node[k]
+    node[last] = value
+
+
+def _del(cfg, dotted):
+    *head, last = dotted.split(".")
+    node = cfg
+    for k in head:
+        node = node[k]
+    del node[last]
+
+
+def _qwen3_dir(tmp_path, **over):
+    d = tmp_path / "local-verifier"
+    d.mkdir(exist_ok=True)
+    c = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4, "vocab_size": 1024,
+         "hidden_size": 64}
+    c.update(over)
+    (d / "config.json").write_text(json.dumps(c))
+    return str(d)
+
+
+def _llama_dir(tmp_path):
+    d = tmp_path / "llama"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                               "num_hidden_layers": 4, "vocab_size": 1024}))
+    return str(d)
+
+
+def _no_config_dir(tmp_path):
+    d = tmp_path / "empty-dir"
+    d.mkdir()
+    return str(d)
+
+
+def _bad_json_dir(tmp_path):
+    d = tmp_path / "bad-json"
+    d.mkdir()
+    (d / "config.json").write_text("{not json")
+    return str(d)
+
+
+# (id, mutation (cfg, tmp_path) -> None, the dotted key the message must name)
+BAD = [
+    # wrong types
+    ("seed-string", lambda c, t: _set(c, "seed", "zero"), "seed"),
+    ("threads-string-int", lambda c, t: _set(c, "threads", "2"), "threads"),
+    ("epochs-float", lambda c, t: _set(c, "train.epochs", 2.5), "train.epochs"),
+    ("chat_template-list", lambda c, t: _set(c, "benchmark.chat_template", [True]), "benchmark.chat_template"),
+    ("enable_thinking-string", lambda c, t: _set(c, "data.enable_thinking", "yes"), "data.enable_thinking"),
+    ("shift_label-int-string", lambda c, t: _set(c, "checkpoints.domino.shift_label", "true"),
+     "checkpoints.domino.shift_label"),
+    ("train-not-a-mapping", lambda c, t: _set(c, "train", 5), "train"),
+    # out of range
+    ("seed-negative", lambda c, t: _set(c, "seed", -1), "seed"),
+    ("val_fraction-1.5", lambda c, t: _set(c, "data.val_fraction", 1.5), "data.val_fraction"),
+    ("lr-zero", lambda c, t: _set(c, "train.lr", 0), "train.lr"),
+    ("max_prompts-500", lambda c, t: _set(c, "benchmark.max_prompts", 500), "benchmark.max_prompts"),
+    ("threads-zero", lambda c, t: _set(c, "threads", 0), "threads"),
+    ("betas-one-item", lambda c, t: _set(c, "train.betas", [0.9]), "train.betas"),
+    ("betas-beta-1", lambda c, t: _set(c, "train.betas", [0.9, 1.0]), "train.betas.1"),
+    ("head_dim-odd", lambda c, t: _set(c, "verifier.embedded.head_dim", 31), "verifier.embedded.head_dim"),
+    ("source-empty", lambda c, t: _set(c, "verifier.source", ""), "verifier.source"),
+    # unknown and missing keys
+    ("unknown-top-level", lambda c, t: _set(c, "bogus", 1), "bogus"),
+    ("unknown-nested", lambda c, t: _set(c, "drafter", {**c["drafter"], "blok_size": 8}), "drafter.blok_size"),
+    ("unknown-in-checkpoint", lambda c, t: _set(c, "checkpoints.domino.lr", 1e-3), "checkpoints.domino.lr"),
+    ("unknown-checkpoint-name", lambda c, t: _set(c, "checkpoints.eagle3", c["checkpoints"]["domino"]),
+     "checkpoints.eagle3"),
+    ("missing-draft_vocab_size", lambda c, t: _del(c, "drafter.draft_vocab_size"), "drafter.draft_vocab_size"),
+    ("missing-checkpoints", lambda c, t: _del(c, "checkpoints"), "checkpoints"),
+    ("missing-embedded", lambda c, t: _del(c, "verifier.embedded"), "verifier.embedded"),
+    # drafter against the verifier
+    ("aux-layer-beyond-depth", lambda c, t: _set(c, "drafter.aux_layer_ids", [1, 2, 5]), "drafter.aux_layer_ids"),
+    ("aux-layers-empty", lambda c, t: _set(c, "drafter.aux_layer_ids", []), "drafter.aux_layer_ids"),
+    ("aux-layers-repeated", lambda c, t: _set(c, "drafter.aux_layer_ids", [1, 1]), "drafter.aux_layer_ids"),
+    ("aux-layer-negative", lambda c, t: _set(c, "drafter.aux_layer_ids", [-1, 2]), "drafter.aux_layer_ids.0"),
+    ("block_size-1", lambda c, t: _set(c, "drafter.block_size", 1), "drafter.block_size"),
+    ("draft_vocab-too-large", lambda c, t: _set(c, "drafter.draft_vocab_size", 2048), "drafter.draft_vocab_size"),
+    ("mask-inside-real-vocab", lambda c, t: _set(c, "drafter.mask_token_id", 5), "drafter.mask_token_id"),
+    ("mask-outside-embedding", lambda c, t: _set(c, "drafter.mask_token_id", 1024), "drafter.mask_token_id"),
+    ("correct_from-eq-block", lambda c, t: _set(c, "drafter.correct_from", 8), "drafter.correct_from"),
+    ("prefix-eq-block", lambda c, t: _set(c, "drafter.pure_draft_prefix_len", 8), "drafter.pure_draft_prefix_len"),
+    ("anchors-exceed-rows", lambda c, t: _set(c, "train.anchors_per_row", 100000), "train.anchors_per_row"),
+    # verifier source
+    ("missing-verifier-path", lambda c, t: _set(c, "verifier.source", "/nonexistent/verifier"), "verifier.source"),
+    ("relative-missing-path", lambda c, t: _set(c, "verifier.source", "./no/such/verifier"), "verifier.source"),
+    ("llama-verifier", lambda c, t: _set(c, "verifier.source", _llama_dir(t)), "verifier.source"),
+    ("dir-without-config", lambda c, t: _set(c, "verifier.source", _no_config_dir(t)), "verifier.source"),
+    ("dir-with-bad-json", lambda c, t: _set(c, "verifier.source", _bad_json_dir(t)), "verifier.source"),
+    ("local-aux-beyond-depth", lambda c, t: _set(c, "verifier.source", _qwen3_dir(t, num_hidden_layers=2)),
+     "drafter.aux_layer_ids"),
+    ("local-draft-vocab-too-large", lambda c, t: _set(c, "verifier.source", _qwen3_dir(t, vocab_size=300)),
+     "drafter.draft_vocab_size"),
+    ("local-config-incomplete", lambda c, t: _set(c, "verifier.source", _qwen3_dir(t, num_hidden_layers=None)),
+     "verifier.source"),
+    # enums and devices
+    ("projector-enum", lambda c, t: _set(c, "checkpoints.domino.projector", "eagle"), "checkpoints.domino.projector"),
+    ("weighting-enum", lambda c, t: _set(c, "checkpoints.dflash-shift.weighting", "linear"),
+     "checkpoints.dflash-shift.weighting"),
+    ("corpus-enum", lambda c, t: _set(c, "data.corpus", "wikipedia"), "data.corpus"),
+    ("dtype-enum", lambda c, t: _set(c, "verifier.dtype", "float64"), "verifier.dtype"),
+    ("attn-enum", lambda c, t: _set(c, "drafter.attn_implementation", "flash"), "drafter.attn_implementation"),
+    ("device-tpu", lambda c, t: _set(c, "device", "tpu"), "device"),
+    ("autocast-on-cpu", lambda c, t: _set(c, "train.autocast", "bfloat16"), "train.autocast"),
+    ("autocast-enum", lambda c, t: _set(c, "train.autocast", "int8"), "train.autocast"),
+]
+
+
+def test_enough_bad_values():
+    assert len(BAD) >= 22
+
+
+@pytest.mark.parametrize("mutate,key", [pytest.param(m, k, id=i) for i, m, k in BAD])
+def test_bad_value_is_refused_naming_key(mutate, key, tmp_path):
+    cfg = copy.deepcopy(DEFAULT)
+    mutate(cfg, tmp_path)
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    msg = str(info.value)
+    assert "\n" not in msg, msg
+    assert msg.startswith(key + ":") or f" {key}" in msg, msg
+    assert "allowed" in msg, msg
+
+
+def test_default_config_is_valid_and_defaults_are_filled():
+    cfg = copy.deepcopy(DEFAULT)
+    del cfg["threads"], cfg["train"]["noise_std"], cfg["report"], cfg["verifier"]["name"]
+    before = copy.deepcopy(cfg)
+    out = validate_config(cfg)
+    assert cfg == before  # the input is not modified
+    assert out["threads"] == 2 and out["train"]["noise_std"] == 0.0
+    assert out["report"] == {"model_name": "Domino-b8", "license": "apache-2.0", "hub_datasets": [],
+                             "training_hardware": None}
+    assert out["verifier"]["name"] == "embedded"  # the source, when no name is given
+    full = validate_config(DEFAULT)
+    for section in ("drafter", "train", "data", "benchmark", "checkpoints"):
+        for k, v in DEFAULT[section].items():
+            assert full[section][k] == v
+
+
+def test_valid_local_qwen3_and_hub_id(tmp_path):
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["verifier"]["source"] = _qwen3_dir(tmp_path)
+    validate_config(cfg)
+    cfg["verifier"]["source"] = "Qwen/Qwen3-0.6B"  # a hub id: checked when it is loaded
+    validate_config(cfg)
+
+
+def test_not_a_mapping():
+    with pytest.raises(ConfigError, match="allowed"):
+        validate_config(["seed", 0])
+
+
+# -----------------------------------------------------------------------------
+# the real CLI: snakemake refuses before scheduling anything
+
+
+def _files(root: Path) -> set:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")} if root.exists() else set()
+
+
+@pytest.mark.parametrize("bad,key", [
+    pytest.param({"drafter": {"block_size": 1}}, "drafter.block_size", id="block_size-1"),
+    pytest.param({"bogus": 1}, "bogus", id="unknown-key"),
+    pytest.param({"verifier": {"source": "/nonexistent/verifier"}}, "verifier.source", id="missing-verifier"),
+])
+def test_snakemake_refuses_bad_config(bad, key, tmp_path):
+    snakemake = Path(sys.executable).with_name("snakemake")
+    if not snakemake.exists():
+        pytest.skip("snakemake is not installed next to this python")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))  # --configfile merges into config.yaml
+    before = _files(ROOT / "results")
+    proc = subprocess.run([str(snakemake), "-n", "--cores", "1", "--configfile", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    line = next(ln for ln in out.splitlines() if ln.startswith("config error:"))
+    assert key in line and "allowed" in line, line
+    assert _files(ROOT / "results") - before == set()
