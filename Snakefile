@@ -10,6 +10,7 @@ include: "workflow/rules/verifier.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/benchmark.smk"
+include: "workflow/rules/export.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -17,3 +18,4 @@ rule all:
     default_target: True
     input:
         "reports/model_card.md",
+        expand("results/export/{checkpoint}/config.json", checkpoint=CHECKPOINTS),

@@ -204,6 +204,16 @@ def cmd_report(a, p):
     build_report(p, a.results, a.out_dir, a.stage_benchmarks, log=_log)
 
 
+def cmd_export(a, p):
+    from .export import export_speculators
+
+    v = p["verifier"]
+    cfg = export_speculators(a.checkpoint_dir, a.out_dir, v["name"], dtype=v.get("dtype"))
+    _log(f"exported {a.checkpoint_dir} to {a.out_dir} (speculators dflash, projector "
+         f"{cfg['projector_type']}, {cfg['speculators_config']['proposal_methods'][0]['speculative_tokens']} "
+         f"speculative tokens, {cfg['dtype']})")
+
+
 STAGES = {
     "tokenizer": (cmd_tokenizer, ["out"]),
     "prepare-data": (cmd_prepare_data, ["tokenizer", "out_dir"]),
@@ -214,6 +224,7 @@ STAGES = {
     "validate": (cmd_validate, ["checkpoint", "checkpoint_dir", "features", "out"]),
     "benchmark": (cmd_benchmark, ["run", "verifier", "checkpoint_dir", "baseline", "out"]),
     "report": (cmd_report, ["results", "out_dir", "stage_benchmarks"]),
+    "export": (cmd_export, ["checkpoint_dir", "out_dir"]),
 }
 
 

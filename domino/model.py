@@ -305,6 +305,17 @@ class Drafter(nn.Module):
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(cfg.target_vocab_size, dtype=torch.bool))
 
+    def _apply(self, fn, *args, **kwargs):
+        # RoPE frequencies stay float32 whatever dtype the weights are cast to: in bf16 they
+        # would misplace far positions by whole radians
+        out = super()._apply(fn, *args, **kwargs)
+        dev = self.rotary_emb.inv_freq.device
+        if self.rotary_emb.inv_freq.dtype != torch.float32:
+            freq, _ = Qwen3RotaryEmbedding.compute_default_rope_parameters(self.cfg.qwen3_config())
+            self.rotary_emb.inv_freq = freq.to(dev)
+            self.rotary_emb.original_inv_freq = freq.to(dev).clone()
+        return out
+
     # --- building from a verifier ------------------------------------------------------
 
     @classmethod

@@ -335,7 +335,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     B = dc.block_size
     hits_b = hits_f = counted = None
     loss_b = loss_f = 0.0
-    n_batches = 0
+    n_batches = anchors = 0
     for i in range(0, len(rows), cfg.rows_per_step):
         batch = rows.batch(list(range(i, min(len(rows), i + cfg.rows_per_step))))
         l_base, l_final, base, final, tgt, mask = compute_losses(drafter, batch, cfg, (cfg.seed, 4, i), device,
@@ -346,6 +346,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
         hits_f = hf if hits_f is None else hits_f + hf
         counted = c if counted is None else counted + c
         loss_b, loss_f, n_batches = loss_b + l_base.item(), loss_f + l_final.item(), n_batches + 1
+        anchors += int(mask.any(-1).sum())
     hits_b, hits_f, counted = hits_b.cpu(), hits_f.cpu(), counted.cpu()
     shift = int(dc.shift_label)
     per_slot = []
@@ -369,4 +370,5 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
                     "final_acc": float(hits_f[draft].sum() / max(1, n_all)), "count": n_all},
         "loss": {"base": loss_b / max(1, n_batches), "final": loss_f / max(1, n_batches)},
         "rows": len(rows),
+        "anchors": anchors,
     }

@@ -105,3 +105,14 @@ def test_config_refuses_bad_values(bad):
     base.update(bad)
     with pytest.raises(ValueError):
         DrafterConfig.from_verifier(v.config, **base)
+
+
+def test_rope_frequencies_stay_float32_when_cast():
+    from conftest import tiny_verifier
+
+    v = tiny_verifier(dtype=torch.float32)
+    d = tiny_drafter(v, attn="sdpa").float()
+    ref = d.rotary_emb.inv_freq.clone()
+    d = d.to(torch.bfloat16)
+    assert d.rotary_emb.inv_freq.dtype == torch.float32
+    torch.testing.assert_close(d.rotary_emb.inv_freq, ref)

@@ -1,0 +1,220 @@
+"""Export to the speculators DFlash format: config fields, weight names, atomic files, round trip."""
+
+import json
+import os
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from conftest import tiny_drafter
+from domino.decode import NeuralDraft, _aux
+from domino.export import (ExportError, export_speculators, from_speculators_name, load_speculators,
+                           to_speculators_name)
+
+KINDS = {  # the three card rows
+    "dflash-shift": dict(projector="dflash", shift_label=True),
+    "dflash-noshift": dict(projector="dflash", shift_label=False),
+    "domino": dict(projector="domino", shift_label=True),
+}
+BACKBONE = ["fc.weight", "hidden_norm.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t",
+            "t2d"] + [f"layers.{i}.{n}.weight" for i in range(2) for n in (
+                "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm",
+                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+DOMINO = ["domino_head.prefix_gru.weight_ih_l0", "domino_head.prefix_gru.weight_hh_l0",
+          "domino_head.embed_proj.0.weight", "domino_head.embed_proj.2.weight"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _context(verifier, drafter, n=13, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, verifier.config.vocab_size - 1, (n + 1,), generator=g)
+    with torch.no_grad():
+        aux = _aux(verifier(ids[None], output_hidden_states=True).hidden_states, drafter.cfg.aux_layer_ids)
+    return ids, aux
+
+
+def _draft(drafter, ids, aux):
+    n = len(ids) - 1
+    session = NeuralDraft(drafter)
+    session.reset(n)
+    session.add_context(aux[:, :n], 0)
+    return drafter.draft(int(ids[n]), n, session.kv, return_logits=True)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_round_trip_gives_the_same_draft_logits(verifier, tmp_path, kind):
+    drafter = tiny_drafter(verifier, **KINDS[kind])
+    ckpt = tmp_path / "checkpoint"
+    drafter.save(ckpt)
+    config = export_speculators(ckpt, tmp_path / "export", "Qwen/Qwen3-0.6B")
+    assert json.loads((tmp_path / "export" / "config.json").read_text()) == config
+
+    back = load_speculators(tmp_path / "export")
+    assert back.cfg == drafter.cfg
+    ids, aux = _context(verifier, drafter)
+    drafts, logits = _draft(drafter, ids, aux)
+    drafts2, logits2 = _draft(back, ids, aux)
+    assert drafts2 == drafts and len(drafts) == drafter.cfg.drafts_per_step
+    torch.testing.assert_close(logits2, logits, rtol=0, atol=0)
+    for name, t in drafter.state_dict().items():
+        if not name.startswith("rotary_emb."):
+            assert torch.equal(back.state_dict()[name], t), name
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_config_fields_and_weight_names(verifier, tmp_path, kind):
+    drafter = tiny_drafter(verifier, **KINDS[kind])
+    cfg = drafter.cfg
+    drafter.save(tmp_path / "ckpt")
+    export_speculators(tmp_path / "ckpt", tmp_path / "out", "Qwen/Qwen3-0.6B")
+    c = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert c["speculators_model_type"] == "dflash"
+    assert c["architectures"] == ["DFlashDraftModel"]
+    assert c["projector_type"] == KINDS[kind]["projector"]
+    assert c["shift_label"] is KINDS[kind]["shift_label"] and c["sample_from_anchor"] is KINDS[kind]["shift_label"]
+    assert c["aux_hidden_state_layer_ids"] == [1, 2, 4]  # speculators convention, unchanged
+    assert c["draft_vocab_size"] == 64 and c["block_size"] == 4
+    assert c["mask_token_id"] == verifier.config.vocab_size - 1
+    assert c["pure_draft_prefix_len"] == cfg.correct_from
+    assert c["gru_hidden_dim"] == 32 and c["emb_dim"] == 16
+    layer = c["transformer_layer_config"]
+    assert layer["model_type"] == "qwen3" and layer["num_hidden_layers"] == 2
+    assert layer["vocab_size"] == verifier.config.vocab_size and layer["hidden_size"] == 64
+    assert layer["num_attention_heads"] == 4 and layer["num_key_value_heads"] == 2 and layer["head_dim"] == 16
+    assert layer["rope_theta"] == 10000.0 and layer["rope_parameters"]["rope_theta"] == 10000.0
+    sc = c["speculators_config"]
+    assert sc["algorithm"] == "dflash" and sc["default_proposal_method"] == "greedy"
+    assert sc["verifier"] == {"name_or_path": "Qwen/Qwen3-0.6B", "architectures": ["Qwen3ForCausalLM"]}
+    (prop,) = sc["proposal_methods"]
+    assert prop["proposal_type"] == "greedy"
+    assert prop["speculative_tokens"] == (4 if KINDS[kind]["shift_label"] else 3)
+
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        assert f.get_tensor("d2t").dtype == torch.int64 and f.get_tensor("t2d").dtype == torch.bool
+        assert f.get_tensor("lm_head.weight").shape == (64, 64)
+        if kind == "domino":
+            assert f.get_tensor("domino_head.embed_proj.2.weight").shape == (64, 16)  # draft vocab rows
+            assert f.get_tensor("domino_head.prefix_gru.weight_ih_l0").shape == (96, 64)
+    expected = set(BACKBONE) | (set(DOMINO) if kind == "domino" else set())
+    assert names == expected
+    assert not any(n.startswith(("head.", "rotary_emb", "verifier_")) for n in names)
+
+
+def test_name_mapping_is_a_bijection():
+    ours = ["head.gru.weight_ih_l0", "head.gru.weight_hh_l0", "head.down.weight", "head.up.weight",
+            "layers.0.self_attn.q_proj.weight", "fc.weight", "d2t"]
+    theirs = [to_speculators_name(n) for n in ours]
+    assert theirs[:4] == DOMINO
+    assert theirs[4:] == ours[4:]
+    assert [from_speculators_name(n) for n in theirs] == ours
+
+
+def test_bfloat16_export_and_verifier_embeddings(verifier, tmp_path):
+    drafter = tiny_drafter(verifier, projector="domino")
+    drafter.save(tmp_path / "ckpt")
+    c = export_speculators(tmp_path / "ckpt", tmp_path / "out", "v", dtype="bfloat16", include_embed_tokens=False)
+    assert c["dtype"] == "bfloat16"
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
+        assert "embed_tokens.weight" not in f.keys()
+        assert f.get_tensor("fc.weight").dtype == torch.bfloat16
+        assert f.get_tensor("d2t").dtype == torch.int64
+    with pytest.raises(ExportError, match="embed_tokens"):
+        load_speculators(tmp_path / "out")
+    back = load_speculators(tmp_path / "out", verifier=verifier)
+    assert back.fc.weight.dtype == torch.bfloat16
+    assert back.rotary_emb.inv_freq.dtype == torch.float32
+    assert torch.equal(back.embed_tokens.weight, verifier.get_input_embeddings().weight.to(torch.bfloat16))
+    ids, aux = _context(verifier, drafter)
+    _, logits = _draft(drafter, ids, aux)
+    _, logits16 = _draft(back, ids, aux.to(torch.bfloat16))
+    assert logits16.dtype == torch.bfloat16 and torch.isfinite(logits16).all()
+    torch.testing.assert_close(logits16.double(), logits, rtol=0.1, atol=0.5)
+
+
+def test_public_fields_alone_rebuild_the_drafter(verifier, tmp_path):
+    """A config without our extra block (as another tool would write it) still loads."""
+    drafter = tiny_drafter(verifier, projector="domino")
+    drafter.save(tmp_path / "ckpt")
+    export_speculators(tmp_path / "ckpt", tmp_path / "out", "v")
+    path = tmp_path / "out" / "config.json"
+    c = json.loads(path.read_text())
+    del c["domino_repro"]
+    path.write_text(json.dumps(c))
+    back = load_speculators(tmp_path / "out", attn_implementation="eager")
+    for f in ("hidden_size", "block_size", "aux_layer_ids", "mask_token_id", "draft_vocab_size", "shift_label",
+              "projector", "gru_hidden_size", "bottleneck_size", "correct_from", "num_layers", "rms_norm_eps"):
+        assert getattr(back.cfg, f) == getattr(drafter.cfg, f), f
+    ids, aux = _context(verifier, drafter)
+    torch.testing.assert_close(_draft(back, ids, aux)[1], _draft(drafter, ids, aux)[1], rtol=0, atol=0)
+
+
+def test_files_are_written_atomically(verifier, tmp_path, monkeypatch):
+    drafter = tiny_drafter(verifier, projector="dflash")
+    drafter.save(tmp_path / "ckpt")
+    out = tmp_path / "out"
+    export_speculators(tmp_path / "ckpt", out, "v")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    # a writer that dies while writing the weights leaves the previous export untouched, no temp files
+    import safetensors.torch
+
+    def boom(tensors, path, metadata=None):
+        with open(path, "wb") as fh:
+            fh.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        export_speculators(tmp_path / "ckpt", out, "other-verifier")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in os.listdir(out) if p.startswith(".tmp-")]
+
+
+def test_a_missing_checkpoint_is_refused(tmp_path):
+    with pytest.raises(ExportError, match="drafter_config.json"):
+        export_speculators(tmp_path / "nothing", tmp_path / "out", "v")
+    with pytest.raises(ExportError, match="not a complete export"):
+        load_speculators(tmp_path / "out")
+
+
+def test_cli_stage(verifier, tmp_path):
+    from domino.__main__ import main
+
+    drafter = tiny_drafter(verifier, projector="domino")
+    drafter.save(tmp_path / "ckpt")
+    params = json.dumps({"seed": 0, "threads": 1, "device": "cpu", "verifier": {"name": "Qwen/Qwen3-0.6B",
+                                                                               "dtype": "float32"}})
+    det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        main(["export", "--params", params, "--checkpoint-dir", str(tmp_path / "ckpt"),
+              "--out-dir", str(tmp_path / "x")])
+    finally:  # the CLI's setup is global: give the rest of the session its settings back
+        torch.use_deterministic_algorithms(det, warn_only=warn)
+    c = json.loads((tmp_path / "x" / "config.json").read_text())
+    assert c["dtype"] == "float32" and c["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-0.6B"
+    assert (tmp_path / "x" / "model.safetensors").exists()
+
+
+def test_speculators_loads_the_export(verifier, tmp_path):
+    """Only where vllm-project/speculators is installed (it is not in this project's environment)."""
+    speculators = pytest.importorskip("speculators")
+    from speculators import SpeculatorModel
+
+    drafter = tiny_drafter(verifier, projector="dflash")
+    drafter.to(torch.float32).save(tmp_path / "ckpt")
+    export_speculators(tmp_path / "ckpt", tmp_path / "out", "Qwen/Qwen3-0.6B")
+    model = SpeculatorModel.from_pretrained(str(tmp_path / "out"))
+    sd = model.state_dict()
+    for name in ("fc.weight", "lm_head.weight", "layers.0.self_attn.q_proj.weight"):
+        torch.testing.assert_close(sd[name].float(), drafter.state_dict()[name].float())
+    del speculators
