@@ -387,21 +387,22 @@ def _plots(res: dict, ctx: dict, out_dir: Path) -> list[Path]:
 
     fig = Figure(figsize=(4.2 * len(rows), 4.0))
     axes = fig.subplots(1, len(rows), sharey=True, squeeze=False)[0]
+    window = max(1, min(len(res["metrics"][r["name"]]) for r in rows) // 50)
     for ax, r in zip(axes, rows):
         metrics = res["metrics"][r["name"]]
         steps = [m["step"] for m in metrics]
-        window = max(1, len(metrics) // 50)
         # widest first, so curves that coincide (the dflash branches) stay visible
         for key, style, width in (("loss", "-", 4.0), ("base_loss", "--", 2.0), ("final_loss", ":", 2.0)):
             pts = [(s, m[key]) for s, m in zip(steps, metrics) if m[key] is not None]
             ax.plot([s for s, _ in pts], _smooth([v for _, v in pts], window), style, linewidth=width,
                     alpha=0.5 if key == "loss" else 1.0, label=key)
-        ax.set_title(r["label"] + (f" (moving average of {window} steps)" if window > 1 else ""))
+        ax.set_title(r["label"])
         ax.set_xlabel("Training step")
         ax.grid(alpha=0.3)
         ax.legend()
     axes[0].set_ylabel("Cross-entropy loss")
-    fig.suptitle("Training loss: total, base (backbone) and final (corrected) branches")
+    fig.suptitle("Training loss: total, base (backbone) and final (corrected) branches"
+                 + (f"; moving average of {window} steps" if window > 1 else ""))
     written.append(out_dir / PLOTS["loss"])
     _save(fig, written[-1])
 

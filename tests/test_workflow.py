@@ -56,7 +56,7 @@ def test_dry_run_of_the_default(tmp_path):
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
     repo = _copy_repo(tmp_path_factory.mktemp("micro"))
-    _snakemake(repo, "--configfile", "micro.yaml", "reports/model_card.md")
+    _snakemake(repo, "--configfile", "micro.yaml", "--", "reports/model_card.md")
     return repo
 
 
@@ -109,3 +109,18 @@ def test_editing_a_benchmark_value_reruns_only_benchmark_and_report(micro_run):
 def test_editing_a_training_value_reruns_training_and_what_follows(micro_run):
     jobs = _edit(micro_run, "train:\n  lr: 0.002\n")
     assert jobs == {"train": 3, "validate": 3, "benchmark": 3, "report": 1}, jobs
+
+
+def test_two_runs_are_identical_timing_aside(micro_run, tmp_path):
+    """A second micro run from a fresh copy gives the same results files and card tables."""
+    from domino.compare import compare_runs
+
+    again = _copy_repo(tmp_path)
+    _snakemake(again, "--configfile", "micro.yaml", "--", "reports/model_card.md")
+    assert compare_runs(micro_run, again) == []
+    # the comparison is not vacuous: a changed weight file is caught
+    w = again / "results" / "train" / "domino" / "checkpoint" / "model.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 1
+    w.write_bytes(bytes(data))
+    assert any("domino/checkpoint/model.safetensors" in d for d in compare_runs(micro_run, again))

@@ -1,0 +1,81 @@
+"""Compare two runs, timing aside: ``python -m domino.compare RUN_A RUN_B``.
+
+RUN_A and RUN_B are workflow directories (each with ``results/`` and ``reports/``). Every file
+under ``results/`` must be byte-identical, except that JSON files are compared with their
+timing fields removed; in ``reports/model_card.md`` every table cell must match except the
+columns that hold timings (TPS, speedup, wall and training time). Exits 1 on a difference.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+TIMING_KEYS = {"seconds", "tps", "speedup", "draft_seconds", "verify_seconds"}
+TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|vs DFlash noshift", re.I)
+
+
+def strip_timing(obj):
+    if isinstance(obj, dict):
+        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
+    if isinstance(obj, list):
+        return [strip_timing(v) for v in obj]
+    return obj
+
+
+def card_tables(text: str) -> list[list[str]]:
+    """Markdown table rows of a card, with timing columns blanked."""
+    rows, mask = [], []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            mask = []
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not mask:  # a header row
+            mask = [bool(TIMING_COLUMNS.search(c)) for c in cells]
+        rows.append([("*" if m else c) for c, m in zip(cells, mask + [False] * len(cells))])
+    return rows
+
+
+def compare_runs(a: str | Path, b: str | Path) -> list[str]:
+    a, b = Path(a), Path(b)
+    diffs = []
+    fa = sorted(p.relative_to(a) for p in (a / "results").rglob("*") if p.is_file())
+    fb = sorted(p.relative_to(b) for p in (b / "results").rglob("*") if p.is_file())
+    if fa != fb:
+        diffs.append(f"file lists differ: only in A {sorted(set(fa) - set(fb))[:5]}, only in B {sorted(set(fb) - set(fa))[:5]}")
+    for rel in sorted(set(fa) & set(fb)):
+        pa, pb = a / rel, b / rel
+        if rel.suffix == ".json":
+            same = strip_timing(json.loads(pa.read_text())) == strip_timing(json.loads(pb.read_text()))
+        else:
+            same = pa.read_bytes() == pb.read_bytes()
+        if not same:
+            diffs.append(f"{rel} differs")
+    ca, cb = a / "reports" / "model_card.md", b / "reports" / "model_card.md"
+    if ca.exists() and cb.exists():
+        ta, tb = card_tables(ca.read_text()), card_tables(cb.read_text())
+        if ta != tb:
+            bad = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
+            diffs.append(f"model_card.md tables differ in {len(bad) + abs(len(ta) - len(tb))} rows, "
+                         f"first: {ta[bad[0]] if bad else '(row count)'}")
+    return diffs
+
+
+def main(argv=None) -> None:
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 2:
+        raise SystemExit("usage: python -m domino.compare RUN_A RUN_B")
+    diffs = compare_runs(*args)
+    n = sum(1 for _ in (Path(args[0]) / "results").rglob("*"))
+    for d in diffs:
+        print(d)
+    print(f"{'identical' if not diffs else 'DIFFERENT'}: {n} paths under results/, card tables, timing aside")
+    raise SystemExit(1 if diffs else 0)
+
+
+if __name__ == "__main__":
+    main()
