@@ -146,6 +146,7 @@ def _train_config(p, checkpoint: str):
     t = dict(p["train"])
     t["betas"] = tuple(t.get("betas", (0.9, 0.999)))
     t.pop("autocast", None)
+    t.pop("nproc_per_node", None)
     return TrainConfig(seed=p["seed"], weighting=p["checkpoints"][checkpoint]["weighting"], **t)
 
 
@@ -173,8 +174,21 @@ def cmd_train(a, p):
     drafter = Drafter.from_verifier(verifier, cfg, d2t, t2d)
     del verifier
     feats = load_features(a.features)
-    s = train(drafter, feats, _train_config(p, a.checkpoint), a.out_dir, _device(p), _autocast(p), log=_log)
-    _log(f"trained {a.checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, final loss {s['final_loss']:.4f}")
+    device = _device(p)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # started by torchrun: one process per GPU (nccl) or per CPU worker (gloo)
+        import torch.distributed as dist
+
+        cuda = device.startswith("cuda")
+        dist.init_process_group("nccl" if cuda else "gloo")
+        if cuda:
+            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+            torch.cuda.set_device(device)
+    s = train(drafter, feats, _train_config(p, a.checkpoint), a.out_dir, device, _autocast(p), log=_log)
+    if world > 1:
+        dist.destroy_process_group()
+    if s.get("rank", 0) == 0:
+        _log(f"trained {a.checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, final loss {s['final_loss']:.4f}")
 
 
 def cmd_validate(a, p):

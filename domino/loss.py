@@ -28,6 +28,18 @@ def slot_weights(block_size: int, gamma: float, weighting: str) -> torch.Tensor:
     return w.float()
 
 
+def weighted_ce_terms(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor):
+    """Numerator and denominator of ``weighted_ce``: (sum of w * CE over masked slots, supervised slots).
+
+    Data-parallel training sums both over ranks before dividing, so that the loss of a global
+    batch does not depend on how its rows are split.
+    """
+    ce = F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="none")
+    ce = ce.view(targets.shape)
+    w = weights.to(ce.device) * mask.float()
+    return (ce * w).sum(), (w > 0).sum()
+
+
 def weighted_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor):
     """Position-weighted cross-entropy.
 
@@ -35,11 +47,8 @@ def weighted_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
     Normalisation (as in speculators PR 685): the weighted sum of per-slot CE divided by the
     number of supervised slots, i.e. slots with mask set and a non-zero weight.
     """
-    ce = F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="none")
-    ce = ce.view(targets.shape)
-    w = weights.to(ce.device) * mask.float()
-    supervised = (w > 0).sum().clamp(min=1)
-    return (ce * w).sum() / supervised
+    total, supervised = weighted_ce_terms(logits, targets, mask, weights)
+    return total / supervised.clamp(min=1)
 
 
 def lambda_at(step: int, total_steps: int, lambda0: float, ratio: float) -> float:
@@ -70,6 +79,6 @@ def linear_warmup_lr(step: int, total_steps: int, warmup_steps: int, lr: float) 
 
 
 __all__ = [
-    "WEIGHTINGS", "slot_weights", "weighted_ce", "lambda_at", "curriculum_loss",
+    "WEIGHTINGS", "slot_weights", "weighted_ce", "weighted_ce_terms", "lambda_at", "curriculum_loss",
     "slot_accuracy", "linear_warmup_lr",
 ]

@@ -1,9 +1,15 @@
 """Training and validation of a drafter on extracted features.
 
-Everything random is derived from ``(seed, step)`` or ``(seed, epoch)``: the row order of each
-epoch, the anchors of each step and the aux-state noise. A resumed run therefore only needs
+Everything random is derived from ``(seed, epoch)`` or ``(seed, step, row)``: the row order of
+each epoch, the anchors of each row and its aux-state noise. A resumed run therefore only needs
 the weights, the optimizer state and the step to continue exactly where it stopped; the
-learning rate and lambda are functions of the step.
+learning rate and lambda are functions of the step. Because randomness is per row, data-parallel
+ranks that split a step's rows draw exactly what a single process would.
+
+Data parallelism (``torchrun``, gloo on CPU, nccl on CUDA): each rank takes every
+``world``-th row of the step's global batch, the supervised-slot count is summed over ranks
+before the loss is normalised, and gradients are summed, so the update equals the
+single-process update on the same global batch. Rank 0 alone writes files.
 
 Anchors (PR 685 style): up to ``anchors_per_row`` distinct positions per packed row, drawn
 without replacement among the valid ones: at least one context token of the same document
@@ -25,7 +31,7 @@ import torch
 
 from .data import pack
 from .io import atomic_path, write_json
-from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce
+from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce_terms
 
 
 @dataclass
@@ -66,7 +72,8 @@ class PackedRows:
     def __len__(self):
         return len(self.packs)
 
-    def batch(self, rows: list[int], noise_std: float = 0.0, generator=None) -> dict:
+    def batch(self, rows: list[int], noise_std: float = 0.0, noise_seed: tuple = ()) -> dict:
+        """Rows ``rows`` as (R, T) tensors; ``row_ids`` keeps their indices for per-row randomness."""
         T, f = self.pack_len, self.f
         R = len(rows)
         A = f["aux"].shape[1]
@@ -91,8 +98,10 @@ class PackedRows:
                 out["target"][r, sl] = f["target"][s:s + n]
                 out["aux"][r, sl] = f["aux"][s:s + n].float()
                 cur += n
-        if noise_std > 0:
-            out["aux"] += noise_std * torch.randn(out["aux"].shape, generator=generator)
+            if noise_std > 0:
+                g = _generator(*noise_seed, p)
+                out["aux"][r] += noise_std * torch.randn(out["aux"][r].shape, generator=g)
+        out["row_ids"] = list(rows)
         return out
 
 
@@ -113,8 +122,10 @@ def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size
     return ok
 
 
-def sample_anchors(valid: torch.Tensor, n: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Up to n distinct valid anchors per row, ascending. Rows with fewer are padded (invalid)."""
+def sample_anchors(valid: torch.Tensor, n: int, generators) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to n distinct valid anchors per row (one generator per row), ascending.
+
+    Rows with fewer valid positions are padded with an invalid copy of their first anchor."""
     R, T = valid.shape
     anchors = torch.zeros(R, n, dtype=torch.long)
     ok = torch.zeros(R, n, dtype=torch.bool)
@@ -122,7 +133,7 @@ def sample_anchors(valid: torch.Tensor, n: int, generator) -> tuple[torch.Tensor
         cand = valid[r].nonzero().flatten()
         if len(cand) == 0:
             continue
-        pick = cand[torch.randperm(len(cand), generator=generator)[:n]].sort().values
+        pick = cand[torch.randperm(len(cand), generator=generators[r])[:n]].sort().values
         anchors[r, : len(pick)] = pick
         ok[r, : len(pick)] = True
         anchors[r, len(pick):] = pick[0]
@@ -160,27 +171,68 @@ def total_steps(n_rows: int, cfg: TrainConfig) -> int:
 
 
 def step_rows(step: int, n_rows: int, cfg: TrainConfig) -> list[int]:
+    """The global batch of a step: ``rows_per_step`` rows of the epoch's seeded order. The last
+    step of an epoch is topped up from the start of that order so every step has a full batch."""
     per_epoch = math.ceil(n_rows / cfg.rows_per_step)
     epoch, i = divmod(step, per_epoch)
     order = torch.randperm(n_rows, generator=_generator(cfg.seed, 1, epoch)).tolist()
-    return order[i * cfg.rows_per_step:(i + 1) * cfg.rows_per_step]
+    return [order[j % n_rows] for j in range(i * cfg.rows_per_step, (i + 1) * cfg.rows_per_step)]
 
 
-def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None):
-    """One teacher-forced forward: (base loss, final loss, base logits, final logits, targets, mask)."""
+def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None, reduce_sum=None):
+    """One teacher-forced forward: (base loss, final loss, base logits, final logits, targets, mask).
+
+    ``reduce_sum`` sums the supervised-slot count over data-parallel ranks (None: one process).
+    """
     B = drafter.cfg.block_size
     valid = valid_anchor_mask(batch["doc_ids"], batch["loss_mask"], B)
-    anchors, ok = sample_anchors(valid, cfg.anchors_per_row, _generator(*step_seed))
+    gens = [_generator(*step_seed, r) for r in batch["row_ids"]]
+    anchors, ok = sample_anchors(valid, cfg.anchors_per_row, gens)
     tgt, mask = slot_targets(batch, anchors, ok, B, drafter.cfg.shift_label)
     w = slot_weights(B, cfg.gamma, cfg.weighting).to(device)
     mv = lambda x: x.to(device)  # noqa: E731
     with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
         base, final = drafter.forward_train(mv(batch["input_ids"]), mv(batch["position_ids"]),
-                                            mv(batch["doc_ids"]), mv(batch["aux"]), mv(anchors))
+                                            mv(batch["doc_ids"]), mv(batch["aux"]).to(drafter.fc.weight.dtype),
+                                            mv(anchors))
     tgt, mask = mv(tgt), mv(mask)
-    l_base = weighted_ce(base, tgt, mask, w)
-    l_final = weighted_ce(final, tgt, mask, w) if drafter.head is not None else l_base
-    return l_base, l_final, base, final, tgt, mask
+    sum_base, count = weighted_ce_terms(base, tgt, mask, w)
+    sum_final = weighted_ce_terms(final, tgt, mask, w)[0] if drafter.head is not None else sum_base
+    if reduce_sum is not None:
+        count = reduce_sum(count)
+    count = count.clamp(min=1)
+    return sum_base / count, sum_final / count, base, final, tgt, mask
+
+
+def _dist():
+    """(rank, world size) of a torch.distributed run, (0, 1) otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _sum_gradients(params) -> None:
+    """Sum gradients over ranks in one flat buffer (an unused parameter counts as zero)."""
+    import torch.distributed as dist
+
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    i = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[i:i + n].view_as(p).clone()
+        i += n
+
+
+def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    import torch.distributed as dist
+
+    t = t.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
 
 
 class _Interrupt:
@@ -224,6 +276,12 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
     out_dir = Path(out_dir)
     state_path = out_dir / "state" / "state.pt"
     device = torch.device(device)
+    rank, world = _dist()
+    if cfg.rows_per_step % world:
+        raise ValueError(f"train.rows_per_step {cfg.rows_per_step} must be a multiple of the {world} ranks")
+    reduce_sum = _all_reduce_sum if world > 1 else None
+    if rank != 0:
+        log = lambda msg: None  # noqa: E731  (rank 0 speaks for the run)
     drafter.to(device).train()
     rows = PackedRows(feats, cfg.pack_len)
     n_rows = len(rows)
@@ -249,6 +307,8 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
         log(f"resuming at step {step} of {total} from {state_path}")
 
     def save_state():
+        if rank != 0:
+            return
         st = {"model": drafter.state_dict(), "optimizer": opt.state_dict(), "step": step, "metrics": metrics,
               "seconds": seconds, "config": asdict(cfg), "total_steps": total, "inputs": inputs}
         with atomic_path(state_path) as tmp:
@@ -256,7 +316,7 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
 
     log(f"{n_rows} packed rows of {cfg.pack_len} tokens, {total} steps, weighting {cfg.weighting}, "
         f"projector {drafter.cfg.projector}, shift_label {drafter.cfg.shift_label}")
-    bar = tqdm(total=total, initial=step, desc=f"train {out_dir.name}", mininterval=5)
+    bar = tqdm(total=total, initial=step, desc=f"train {out_dir.name}", mininterval=5, disable=rank != 0)
     stop_at = total if max_steps is None else min(total, max_steps)
     with _Interrupt() as interrupt:
         while step < stop_at:
@@ -265,11 +325,16 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
             lam = lambda_at(step, total, cfg.lambda0, cfg.lambda_ratio)
             for g in opt.param_groups:
                 g["lr"] = lr
-            batch = rows.batch(step_rows(step, n_rows, cfg), cfg.noise_std, _generator(cfg.seed, 2, step))
-            l_base, l_final, *_ = compute_losses(drafter, batch, cfg, (cfg.seed, 3, step), device, autocast_dtype)
+            mine = step_rows(step, n_rows, cfg)[rank::world]
+            batch = rows.batch(mine, cfg.noise_std, (cfg.seed, 2, step))
+            l_base, l_final, *_ = compute_losses(drafter, batch, cfg, (cfg.seed, 3, step), device, autocast_dtype,
+                                                 reduce_sum)
             loss = curriculum_loss(l_final, l_base, lam)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if world > 1:  # each rank's loss is its share of the global loss: sum gradients and losses
+                _sum_gradients(params)
+                loss, l_base, l_final = (_all_reduce_sum(x.detach()) for x in (loss, l_base, l_final))
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
@@ -289,6 +354,8 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
         save_state()
         return {"steps": step, "complete": False}
     drafter.eval()
+    if rank != 0:
+        return {"steps": total, "complete": True, "rank": rank}
     drafter.cpu().save(out_dir / "checkpoint")
     _write_jsonl(out_dir / "metrics.jsonl", metrics)
     summary = {"steps": total, "epochs": cfg.epochs, "rows": n_rows, "seconds": seconds, "config": asdict(cfg),

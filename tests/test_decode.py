@@ -86,3 +86,44 @@ def test_crop_cache_uses_the_current_api(verifier):
 def test_prompt_longer_than_context_is_refused(verifier):
     with pytest.raises(ValueError, match="context"):
         greedy_decode(verifier, [1] * 500, 20)
+
+
+@pytest.fixture(scope="module")
+def trained_drafters(verifier, tmp_path_factory):
+    """The three kinds trained briefly on the verifier's own greedy continuations."""
+    from domino.features import extract, load_features
+    from domino.train import TrainConfig, train
+
+    V = verifier.config.vocab_size
+    rows = []
+    for i, prompt in enumerate(_prompts(24, V, seed=7)):
+        cont = greedy_decode(verifier, prompt, 24).new_token_ids
+        rows.append({"input_ids": prompt + cont, "loss_mask": [0] * len(prompt) + [1] * len(cont)})
+    out = {}
+    for projector, shift in KINDS:
+        d = tiny_drafter(verifier, projector=projector, shift_label=shift)
+        tmp = tmp_path_factory.mktemp(f"{projector}-{shift}")
+        target_ids = d.draft_to_target(torch.arange(d.cfg.draft_vocab_size))
+        extract(verifier, rows, d.cfg.aux_layer_ids, target_ids, tmp / "feat", 8, 100, "float32", log=lambda m: None)
+        feats = load_features(tmp / "feat" / "index.json")
+        feats["aux"] = feats["aux"].double()
+        cfg = TrainConfig(epochs=12, lr=3e-3, warmup_steps=2, anchors_per_row=16, pack_len=256, checkpoint_every=10**6,
+                          weighting="classic" if projector == "dflash" else "shifted")
+        train(d, feats, cfg, tmp / "train", log=lambda m: None)
+        out[(projector, shift)] = d.to(torch.float64).eval()
+    return out
+
+
+@pytest.mark.parametrize("projector,shift", KINDS)
+def test_lossless_trained_weights(verifier, trained_drafters, projector, shift):
+    drafter = trained_drafters[(projector, shift)]
+    accepted = 0
+    for i, prompt in enumerate(_prompts(50, verifier.config.vocab_size, seed=8)):
+        max_new = 8 + (i * 5) % 20
+        full = greedy_decode(verifier, prompt, 40).new_token_ids
+        eos = {full[(i * 7) % 40]} if i % 3 == 0 else set()
+        ref = greedy_decode(verifier, prompt, max_new, eos)
+        out = speculative_decode(verifier, NeuralDraft(drafter), prompt, max_new, eos)
+        assert out.new_token_ids == ref.new_token_ids, f"prompt {i}"
+        accepted += sum(out.accepted_per_step)
+    assert accepted > 0  # training made the drafts land, so the accept path is exercised

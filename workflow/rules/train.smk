@@ -5,6 +5,12 @@ def train_params(wc):
                        "train": config["train"]}, sort_keys=True)
 
 
+def train_launcher(wc=None):
+    """One process, or torchrun data parallelism when train.nproc_per_node > 1."""
+    n = config["train"]["nproc_per_node"]
+    return "python -m domino" if n == 1 else f"torchrun --standalone --nproc_per_node {n} -m domino"
+
+
 rule train:
     input:
         VERIFIER_INPUT,
@@ -20,12 +26,13 @@ rule train:
     params:
         p=train_params,
         verifier=VERIFIER,
+        launcher=train_launcher,
     log:
         "logs/train/{checkpoint}.log",
     benchmark:
         "benchmarks/train/{checkpoint}.tsv"
     shell:
-        "python -m domino train --params {params.p:q} --checkpoint {wildcards.checkpoint}"
+        "{params.launcher} train --params {params.p:q} --checkpoint {wildcards.checkpoint}"
         " --verifier {params.verifier:q} --vocab {input.vocab} --features {input.features}"
         " --out-dir results/train/{wildcards.checkpoint} > {log} 2>&1"
 
