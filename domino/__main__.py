@@ -84,8 +84,6 @@ def cmd_verifier(a, p):
 
 
 def cmd_draft_vocab(a, p):
-    import torch
-
     from .data import read_jsonl
     from .io import write_json
     from .verifier import eos_ids, load_tokenizer
@@ -107,23 +105,19 @@ def cmd_draft_vocab(a, p):
                                                    "assistant_token_coverage": covered,
                                                    "seen_tokens": int((counts > 0).sum())})
     _log(f"draft vocab {size} of {V}: covers {covered:.1%} of assistant tokens")
-    del torch
 
 
 def cmd_extract(a, p):
     from .data import read_jsonl
     from .features import extract
     from .verifier import load_verifier
-    from .vocab import load_vocab
+    from .vocab import load_vocab, target_ids
 
     verifier = load_verifier(a.verifier, p["verifier"]["dtype"], _device(p))
     d2t, _ = load_vocab(a.vocab)
-    import torch
-
-    target_ids = d2t + torch.arange(len(d2t))
     rows = read_jsonl(a.data)
     f = p["features"]
-    extract(verifier, rows, p["drafter"]["aux_layer_ids"], target_ids, a.out_dir, f["batch_size"],
+    extract(verifier, rows, p["drafter"]["aux_layer_ids"], target_ids(d2t), a.out_dir, f["batch_size"],
             f["shard_samples"], f["dtype"], log=_log)
 
 

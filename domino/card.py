@@ -7,7 +7,6 @@ filters below, so a missing value raises instead of rendering empty.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCardData
@@ -15,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from domino import io
 from domino.io import atomic_path, read_json, write_text
 
 CHECKPOINTS = ("dflash-shift", "dflash-noshift", "domino")
@@ -78,23 +78,7 @@ def _require(obj, keys, path: Path, what: str = "results file"):
 
 
 def read_jsonl(path: str | Path, keys=(), what: str = "results file") -> list[dict]:
-    """Read JSONL; a missing file, an empty file or a bad line raises naming the file (and line)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{what} {path} is missing")
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{what} {path} line {n} is not valid JSON: {err}") from None
-        _require(row, keys, f"{path} line {n}", what)
-        rows.append(row)
-    if not rows:
-        raise ValueError(f"{what} {path} has no records")
-    return rows
+    return io.read_jsonl(path, keys, what)
 
 
 def load_results(results_dir: Path, checkpoints=CHECKPOINTS) -> dict:

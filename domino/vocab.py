@@ -48,6 +48,11 @@ def mappings(draft_ids: torch.Tensor, target_vocab_size: int) -> tuple[torch.Ten
     return d2t, t2d
 
 
+def target_ids(d2t: torch.Tensor) -> torch.Tensor:
+    """Target-vocabulary id of every draft id: ``i + d2t[i]``."""
+    return d2t + torch.arange(len(d2t), device=d2t.device)
+
+
 def save_vocab(path: str | Path, d2t: torch.Tensor, t2d: torch.Tensor, counts: torch.Tensor) -> None:
     from safetensors.torch import save_file
 
