@@ -29,9 +29,9 @@ def stage_seconds(bench_dir: str | Path | None) -> dict:
 
 
 def git_commit() -> str:
+    """The commit of the workflow checkout the report runs in (Snakemake runs jobs there)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
