@@ -7,9 +7,11 @@ workflow passes them) and explicit input/output paths.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
+import sysconfig
 from pathlib import Path
 
 
@@ -65,11 +67,15 @@ def cmd_prepare_data(a, p):
     out = Path(a.out_dir)
     write_jsonl(out / "train.jsonl", train)
     write_jsonl(out / "val.jsonl", val)
+    from .io import sha256_file
+
+    digest = hashlib.sha256((sha256_file(out / "train.jsonl") + sha256_file(out / "val.jsonl")).encode())
     n_tok = sum(len(r["input_ids"]) for r in train + val)
     n_ast = sum(sum(r["loss_mask"]) for r in train + val)
     write_json(out / "summary.json", {"corpus": d["corpus"], "samples": len(records), "train": len(train),
                                       "val": len(val), "tokens": n_tok, "assistant_tokens": n_ast,
-                                      "seq_len": d["seq_len"]})
+                                      "seq_len": d["seq_len"], "data_sha256": digest.hexdigest(),
+                                      "python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"]})
     _log(f"{len(train)} train / {len(val)} val conversations, {n_tok} tokens ({n_ast} assistant)")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def git_commit() -> str:
         return "unknown"
 
 
-def provenance(cfg: dict, bench_dir) -> dict:
+def provenance(cfg: dict, bench_dir, results: Path | None = None) -> dict:
     versions = {}
     for name in PACKAGES:
         try:
@@ -46,8 +47,14 @@ def provenance(cfg: dict, bench_dir) -> dict:
             versions[name] = "not installed"
     from .bench import hardware
 
-    return {"git_commit": git_commit(), "config_sha256": config_sha256(cfg), "packages": versions,
-            "hardware": hardware(), "python": platform.python_version(), "stage_seconds": stage_seconds(bench_dir)}
+    prov = {"git_commit": git_commit(), "config_sha256": config_sha256(cfg), "packages": versions,
+            "hardware": hardware(), "python": f"{platform.python_version()} ({sys.executable})",
+            "stage_seconds": stage_seconds(bench_dir)}
+    summary = results / "prepare_data" / "summary.json" if results else None
+    if summary and summary.exists():
+        # the embedded corpus is this interpreter's standard library: the hash tells runs apart
+        prov["data_sha256"] = read_json(summary, "prepare_data summary").get("data_sha256", "not recorded")
+    return prov
 
 
 def card_info(cfg: dict, results: Path) -> dict:
@@ -88,7 +95,7 @@ def build_report(cfg: dict, results_dir, out_dir, bench_dir=None, log=print) -> 
     from .card import render_card
 
     results = Path(results_dir)
-    paths = render_card(results, Path(out_dir), card_info(cfg, results), provenance(cfg, bench_dir))
+    paths = render_card(results, Path(out_dir), card_info(cfg, results), provenance(cfg, bench_dir, results))
     for p in paths:
         log(f"wrote {p}")
     return paths
