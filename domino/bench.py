@@ -18,7 +18,7 @@ import torch
 
 from .decode import NeuralDraft, greedy_decode, speculative_decode
 from .io import read_json, write_json
-from .metrics import acceptance_summary, tokens_per_second
+from .metrics import acceptance_summary, repeated_ngram_share, tokens_per_second
 
 
 class BenchmarkError(RuntimeError):
@@ -127,6 +127,10 @@ def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | N
     summary = {"prompts": len(tasks), "new_tokens": totals["new_tokens"], "seconds": totals["seconds"], "tps": tps,
                "draft_seconds": totals["draft_seconds"], "verify_seconds": totals["verify_seconds"]}
     if draft is None:
+        # how the verifier itself behaves: a verifier stuck in loops makes acceptance easy
+        summary.update(eos_share=sum(r["stop_reason"] == "eos" for r in records) / len(records),
+                       repeated_4gram_share=sum(repeated_ngram_share(r["new_token_ids"]) for r in records)
+                       / len(records))
         summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
                        drafts_per_step=0, steps=totals["new_tokens"], accepted=0, speedup=1.0, matches_baseline=True)
     else:

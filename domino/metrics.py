@@ -38,3 +38,9 @@ def acceptance_summary(accepted_per_step: list[list[int]], drafts_per_step: int)
 
 def tokens_per_second(new_tokens: int, seconds: float) -> float:
     return new_tokens / seconds if seconds > 0 else 0.0
+
+
+def repeated_ngram_share(tokens: list[int], n: int = 4) -> float:
+    """Share of a sequence's n-grams that repeat an earlier one: 0 for no repetition, near 1 for a loop."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0

@@ -274,3 +274,10 @@ def test_missing_values_raise(tmp_path):
     with pytest.raises(ValueError):
         card.f3(None)
     assert not (tmp_path / "model_card.md").exists()
+
+
+def test_verifier_behaviour_line(rendered):
+    text = rendered[2]
+    s = fixture("benchmark/baseline.json")["summary"]
+    assert f"on {100 * s['eos_share']:.1f}% of the" in text
+    assert f"{100 * s['repeated_4gram_share']:.1f}% of their 4-grams repeat" in text

@@ -75,3 +75,12 @@ def test_acceptance_summary_by_hand():
         acceptance_summary([[4]], 3)
     with pytest.raises(ValueError):
         acceptance_summary([[]], 3)
+
+
+def test_repeated_ngram_share_by_hand():
+    from domino.metrics import repeated_ngram_share
+
+    assert repeated_ngram_share([1, 2, 3, 4, 5, 6], 4) == 0.0  # 3 distinct 4-grams
+    # [1,2,1,2,1,2]: 4-grams (1,2,1,2), (2,1,2,1), (1,2,1,2): 2 distinct of 3
+    assert repeated_ngram_share([1, 2, 1, 2, 1, 2], 4) == pytest.approx(1 / 3)
+    assert repeated_ngram_share([1, 2], 4) == 0.0
