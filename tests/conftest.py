@@ -48,3 +48,12 @@ def tiny_drafter(verifier, projector="domino", shift_label=True, correct_from=1,
 @pytest.fixture(scope="session")
 def verifier():
     return tiny_verifier()
+
+
+@pytest.fixture
+def one_thread():
+    """Bitwise comparisons need one fixed thread count (subprocesses in the tests use 1 as well)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

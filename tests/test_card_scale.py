@@ -5,16 +5,14 @@
 import copy
 import importlib.util
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+
+from test_workflow import _copy_repo, _planned_jobs, _snakemake
 
 ROOT = Path(__file__).resolve().parent.parent
 CARD_VOCAB = 151_936        # Qwen3-0.6B embedding rows
@@ -336,32 +334,8 @@ def test_profiles_parse():
         assert "gpu" not in res.get(rule, {})
 
 
-def _copy_repo(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml", "workflow", "config"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
-    snakefile = dst / "Snakefile"
-    if "rules/export.smk" not in snakefile.read_text():  # until the Snakefile includes it
-        snakefile.write_text(snakefile.read_text().replace(
-            'include: "workflow/rules/report.smk"\n',
-            'include: "workflow/rules/report.smk"\ninclude: "workflow/rules/export.smk"\n'))
-    return dst
-
-
 def _dry_run(cwd, *args):
-    env = dict(os.environ, PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1")
-    exe = str(Path(sys.executable).with_name("snakemake"))
-    out = subprocess.run([exe, "-n", "--profile", "workflow/profiles/default", *args], cwd=cwd,
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
-    text = out.stdout + out.stderr
-    m = re.search(r"Job stats:\n(.*?)\n\n", text + "\n\n", re.S)
-    jobs = {}
-    for line in (m.group(1).splitlines() if m else []):
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
-            jobs[parts[0]] = int(parts[1])
-    return jobs
+    return _planned_jobs(_snakemake(cwd, "-n", "--profile", "workflow/profiles/default", *args))
 
 
 def test_default_profile_dry_run(tmp_path):

@@ -26,12 +26,7 @@ DOMINO = ["domino_head.prefix_gru.weight_ih_l0", "domino_head.prefix_gru.weight_
           "domino_head.embed_proj.0.weight", "domino_head.embed_proj.2.weight"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _context(verifier, drafter, n=13, seed=5):

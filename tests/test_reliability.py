@@ -25,13 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS = ("checkpoint/model.safetensors", "checkpoint/drafter_config.json", "metrics.jsonl", "summary.json")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Bitwise comparisons need one fixed thread count (the subprocesses use 1 as well)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def synthetic_features(n_docs=12, seed=0, vocab=96, draft_vocab=64, aux_dim=3 * 64):

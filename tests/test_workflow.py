@@ -15,7 +15,7 @@ CHECKPOINTS = ["dflash-shift", "dflash-noshift", "domino"]
 
 
 def _copy_repo(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml", "workflow"):
+    for name in ("Snakefile", "config.yaml", "workflow", "config"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
     shutil.copy(ROOT / "tests" / "micro.yaml", dst / "micro.yaml")
