@@ -301,11 +301,12 @@ def read_jsonl(path) -> list[dict]:
 # packing
 
 
-def pack(rows: list[dict], pack_len: int):
-    """Greedy first-fit packing in order: lists of row indices whose lengths sum to <= pack_len."""
+def pack(lengths: list[int], pack_len: int):
+    """Next-fit packing in order: lists of sequence indices whose lengths sum to <= pack_len
+    (a sequence longer than pack_len gets a row of its own and is cut there)."""
     packs, cur, used = [], [], 0
-    for i, r in enumerate(rows):
-        n = min(len(r["input_ids"]), pack_len)
+    for i, length in enumerate(lengths):
+        n = min(length, pack_len)
         if cur and used + n > pack_len:
             packs.append(cur)
             cur, used = [], 0

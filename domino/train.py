@@ -20,6 +20,7 @@ that their budgets are identical.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import signal
@@ -65,8 +66,7 @@ class PackedRows:
         self.f = feats
         offs = feats["offsets"].tolist()
         self.spans = [(offs[i], offs[i + 1]) for i in range(len(offs) - 1)]
-        fake = [{"input_ids": range(e - s)} for s, e in self.spans]
-        self.packs = pack(fake, pack_len)
+        self.packs = pack([e - s for s, e in self.spans], pack_len)
         self.pack_len = pack_len
 
     def __len__(self):
@@ -175,8 +175,14 @@ def step_rows(step: int, n_rows: int, cfg: TrainConfig) -> list[int]:
     step of an epoch is topped up from the start of that order so every step has a full batch."""
     per_epoch = math.ceil(n_rows / cfg.rows_per_step)
     epoch, i = divmod(step, per_epoch)
-    order = torch.randperm(n_rows, generator=_generator(cfg.seed, 1, epoch)).tolist()
+    order = _epoch_order(cfg.seed, epoch, n_rows)
     return [order[j % n_rows] for j in range(i * cfg.rows_per_step, (i + 1) * cfg.rows_per_step)]
+
+
+@functools.lru_cache(maxsize=2)
+def _epoch_order(seed: int, epoch: int, n_rows: int) -> tuple[int, ...]:
+    """The seeded row order of one epoch, drawn once per epoch rather than once per step."""
+    return tuple(torch.randperm(n_rows, generator=_generator(seed, 1, epoch)).tolist())
 
 
 def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None, reduce_sum=None):
