@@ -11,6 +11,7 @@ include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/export.smk"
+include: "workflow/rules/vllm.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -119,12 +119,23 @@ def cmd_extract(a, p):
     from .verifier import load_verifier
     from .vocab import load_vocab, target_ids
 
-    verifier = load_verifier(a.verifier, p["verifier"]["dtype"], _device(p))
+    f = p["features"]
+    aux = p["drafter"]["aux_layer_ids"]
+    backend = None
+    if f.get("backend") == "vllm":
+        from .vllm_backend import VllmExtractor
+
+        # transformers keeps a CPU copy for the final norm, the lm_head rows and the shard key
+        verifier = load_verifier(a.verifier, p["verifier"]["dtype"], "cpu")
+        backend = VllmExtractor(a.verifier, verifier, aux, p["verifier"]["dtype"],
+                                max_model_len=verifier.config.max_position_embeddings,
+                                memory_fraction=p["vllm"]["memory_fraction"], seed=p.get("seed", 0))
+    else:
+        verifier = load_verifier(a.verifier, p["verifier"]["dtype"], _device(p))
     d2t, _ = load_vocab(a.vocab)
     rows = read_jsonl(a.data)
-    f = p["features"]
-    extract(verifier, rows, p["drafter"]["aux_layer_ids"], target_ids(d2t), a.out_dir, f["batch_size"],
-            f["shard_samples"], f["dtype"], log=_log)
+    extract(verifier, rows, aux, target_ids(d2t), a.out_dir, f["batch_size"], f["shard_samples"], f["dtype"],
+            log=_log, backend=backend)
 
 
 def _drafter_fields(p, checkpoint: str, tokenizer) -> dict:
@@ -212,6 +223,12 @@ def cmd_benchmark(a, p):
     run_benchmark(p, a.run, a.verifier, a.checkpoint_dir, a.baseline, a.out, log=_log)
 
 
+def cmd_vllm_benchmark(a, p):
+    from .bench import run_vllm_benchmark
+
+    run_vllm_benchmark(p, a.run, a.verifier, a.export_dir, a.baseline, a.ours, a.out, log=_log)
+
+
 def cmd_report(a, p):
     from .report import build_report
 
@@ -237,6 +254,7 @@ STAGES = {
     "train": (cmd_train, ["checkpoint", "verifier", "vocab", "features", "out_dir"]),
     "validate": (cmd_validate, ["checkpoint", "checkpoint_dir", "features", "out"]),
     "benchmark": (cmd_benchmark, ["run", "verifier", "checkpoint_dir", "baseline", "out"]),
+    "vllm-benchmark": (cmd_vllm_benchmark, ["run", "verifier", "export_dir", "baseline", "ours", "out"]),
     "report": (cmd_report, ["results", "out_dir", "stage_benchmarks"]),
     "export": (cmd_export, ["checkpoint_dir", "out_dir"]),
 }

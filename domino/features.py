@@ -3,7 +3,8 @@
 One shard holds ``shard_samples`` conversations, concatenated along the token axis:
 
 * ``input_ids`` (n,) int64, ``loss_mask`` (n,) uint8
-* ``aux`` (n, A*H) in the configured dtype: ``hidden_states[i]`` for each aux id, concatenated
+* ``aux`` (n, A*H) in the configured dtype: the state of each aux id, concatenated
+  (``domino.verifier.AuxCapture``: ``hidden_states[i]``, the pre-norm last layer for ``i = L``)
 * ``target`` (n,) int64: the verifier's greedy token *within the draft vocabulary* (a draft id)
   at each position, i.e. its prediction for the next position
 * ``offsets`` (samples+1,) int64: where each conversation starts
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 
 from .io import atomic_path, sha256_file, write_json
+from .verifier import AuxCapture
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -41,8 +43,13 @@ def estimate_bytes(n_tokens: int, n_aux: int, hidden: int, dtype: str) -> int:
 
 @torch.inference_mode()
 def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_ids: torch.Tensor,
-            out_dir: str | Path, batch_size: int, shard_samples: int, dtype: str, log=print) -> dict:
-    """Run the verifier over ``rows`` and write the shards and ``index.json`` under ``out_dir``."""
+            out_dir: str | Path, batch_size: int, shard_samples: int, dtype: str, log=print, backend=None) -> dict:
+    """Run the verifier over ``rows`` and write the shards and ``index.json`` under ``out_dir``.
+
+    ``backend`` computes one shard's tensors: None runs ``verifier`` through transformers here;
+    ``domino.vllm_backend.VllmExtractor`` runs the same weights through vLLM. Its ``name`` is
+    part of the shard key, so shards from one backend are never taken for the other's.
+    """
     from tqdm import tqdm
 
     out_dir = Path(out_dir)
@@ -58,7 +65,8 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     dev = verifier.device
     head = verifier.get_output_embeddings().weight[draft_target_ids.to(dev)]  # (Vd, H)
     n_shards = math.ceil(len(rows) / shard_samples)
-    common = _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype)
+    backend_name = getattr(backend, "name", "transformers")
+    common = _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype, backend_name)
     shards = []
     bar = tqdm(total=len(rows), desc=f"extract {out_dir.name}", mininterval=5)
     for s in range(n_shards):
@@ -76,7 +84,10 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
             continue
         if path.exists():
             log(f"{name}: present but unverified or made from other inputs, extracted again")
-        tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype])
+        if backend is None:
+            tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype])
+        else:
+            tensors = backend(part, head, batch_size, DTYPES[dtype])
         from safetensors.torch import save_file
 
         with atomic_path(path) as tmp:
@@ -89,16 +100,17 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
         bar.update(len(part))
     bar.close()
     index = {"shards": shards, "aux_layer_ids": list(aux_layer_ids), "hidden_size": H, "dtype": dtype,
-             "samples": len(rows), "tokens": n_tokens, "draft_vocab_size": int(len(draft_target_ids))}
+             "samples": len(rows), "tokens": n_tokens, "draft_vocab_size": int(len(draft_target_ids)),
+             "backend": backend_name}
     write_json(out_dir / "index.json", index)
     return index
 
 
-def _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype) -> str:
+def _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype, backend="transformers") -> str:
     """What every shard depends on besides its conversations: settings, verifier config and weights."""
     h = hashlib.sha256()
     h.update(json.dumps({"aux_layer_ids": list(aux_layer_ids), "draft": [int(i) for i in draft_target_ids.tolist()],
-                         "batch_size": batch_size, "dtype": dtype,
+                         "batch_size": batch_size, "dtype": dtype, "backend": backend,
                          "config": verifier.config.to_diff_dict()}, sort_keys=True, default=str).encode())
     for name, t in sorted(verifier.state_dict().items()):
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
@@ -123,8 +135,9 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype):
         x = torch.zeros(len(batch), T, dtype=torch.long)
         for j, r in enumerate(batch):
             x[j, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
-        out = verifier.model(input_ids=x.to(dev), output_hidden_states=True)
-        aux = torch.cat([out.hidden_states[i] for i in aux_layer_ids], dim=-1)
+        with AuxCapture(verifier, aux_layer_ids) as cap:
+            out = verifier.model(input_ids=x.to(dev), output_hidden_states=True)
+        aux = cap.aux(out.hidden_states)
         greedy = (out.last_hidden_state @ head.T.to(out.last_hidden_state.dtype)).argmax(-1)  # draft ids
         for j, r in enumerate(batch):
             n = len(r["input_ids"])

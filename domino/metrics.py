@@ -21,19 +21,31 @@ def acceptance_summary(accepted_per_step: list[list[int]], drafts_per_step: int)
         raise ValueError("no speculative steps to summarise")
     if any(c < 0 or c > drafts_per_step for c in counts):
         raise ValueError(f"accepted counts must lie in 0..{drafts_per_step}")
-    accepted = sum(counts)
-    per_pos = [sum(c >= i + 1 for c in counts) / steps for i in range(drafts_per_step)]
+    return acceptance_from_counts(steps, [sum(c >= i + 1 for c in counts) for i in range(drafts_per_step)],
+                                  drafts_per_step)
+
+
+def acceptance_from_counts(steps: int, accepted_per_position: list[int], drafts_per_step: int) -> dict:
+    """The same summary as ``acceptance_summary`` from position counters (what vLLM reports).
+
+    ``accepted_per_position[i]`` is the number of steps whose draft at position i was accepted;
+    acceptance is a prefix, so that is the number of steps with at least i+1 accepted drafts.
+    """
+    if steps <= 0:
+        raise ValueError("no speculative steps to summarise")
+    if len(accepted_per_position) != drafts_per_step:
+        raise ValueError(f"{len(accepted_per_position)} position counters for {drafts_per_step} drafts per step")
+    if any(b > a for a, b in zip(accepted_per_position, accepted_per_position[1:])) or \
+            any(c < 0 or c > steps for c in accepted_per_position):
+        raise ValueError("position counters must be non-increasing and within 0..steps")
+    accepted = sum(accepted_per_position)
+    per_pos = [c / steps for c in accepted_per_position]
     cond, prev = [], 1.0
     for a in per_pos:
         cond.append(a / prev if prev > 0 else 0.0)
         prev = a
-    return {
-        "acceptance_length": 1.0 + accepted / steps,
-        "per_position_acceptance": per_pos,
-        "conditional_acceptance": cond,
-        "steps": steps,
-        "accepted": accepted,
-    }
+    return {"acceptance_length": 1.0 + accepted / steps, "per_position_acceptance": per_pos,
+            "conditional_acceptance": cond, "steps": steps, "accepted": accepted}
 
 
 def tokens_per_second(new_tokens: int, seconds: float) -> float:

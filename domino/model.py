@@ -21,8 +21,10 @@ Shapes use these letters::
 
 Conventions (see ``shared/design/domino-spec.md``):
 
-* ``aux_layer_ids`` use the speculators convention: id ``i`` is Hugging Face
-  ``hidden_states[i]`` (0 = embedding output, ``i`` = output of decoder layer ``i - 1``).
+* ``aux_layer_ids`` use the speculators convention: id ``i`` is the output of decoder layer
+  ``i - 1`` (0 = embedding output), which is Hugging Face ``hidden_states[i]`` for ``i < L``;
+  for ``i = L`` it is the last layer's output *before* the final norm, as vLLM captures it
+  (transformers puts the normed state there; ``domino.verifier.AuxCapture`` handles it).
   z-lab/dflash and SpecForge count one higher; convert with ``i_speculators = i_zlab - 1``.
 * The block is ``[x_a, MASK, ..., MASK]`` at positions ``a .. a+B-1``. With ``shift_label``
   slot ``k`` predicts ``x[a+k+1]`` (B drafts per step); without it slot ``k`` predicts

@@ -95,7 +95,11 @@ def build_report(cfg: dict, results_dir, out_dir, bench_dir=None, log=print) -> 
     from .card import render_card
 
     results = Path(results_dir)
-    paths = render_card(results, Path(out_dir), card_info(cfg, results), provenance(cfg, bench_dir, results))
+    vllm_runs = []
+    if cfg.get("vllm", {}).get("benchmark"):
+        vllm_runs = ["baseline"] + [c for c, k in cfg["checkpoints"].items() if k["projector"] == "dflash"]
+    paths = render_card(results, Path(out_dir), card_info(cfg, results), provenance(cfg, bench_dir, results),
+                        vllm_runs=vllm_runs)
     for p in paths:
         log(f"wrote {p}")
     return paths

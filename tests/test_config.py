@@ -127,6 +127,13 @@ BAD = [
     ("device-tpu", lambda c, t: _set(c, "device", "tpu"), "device"),
     ("autocast-on-cpu", lambda c, t: _set(c, "train.autocast", "bfloat16"), "train.autocast"),
     ("autocast-enum", lambda c, t: _set(c, "train.autocast", "int8"), "train.autocast"),
+    # the optional vLLM environment
+    ("vllm-benchmark-without-python", lambda c, t: _set(c, "vllm.benchmark", True), "vllm.python"),
+    ("vllm-extract-without-python", lambda c, t: _set(c, "features.backend", "vllm"), "vllm.python"),
+    ("vllm-backend-enum", lambda c, t: _set(c, "features.backend", "sglang"), "features.backend"),
+    ("vllm-cpu-small-head_dim", lambda c, t: (_set(c, "vllm.python", "/usr/bin/python3"),
+                                              _set(c, "vllm.benchmark", True)), "verifier.embedded.head_dim"),
+    ("vllm-memory-fraction-zero", lambda c, t: _set(c, "vllm.memory_fraction", 0), "vllm.memory_fraction"),
 ]
 
 

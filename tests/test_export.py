@@ -8,7 +8,8 @@ import torch
 from safetensors import safe_open
 
 from conftest import tiny_drafter
-from domino.decode import NeuralDraft, _aux
+from domino.decode import NeuralDraft
+from domino.verifier import aux_states
 from domino.export import (ExportError, export_speculators, from_speculators_name, load_speculators,
                            to_speculators_name)
 
@@ -33,7 +34,7 @@ def _context(verifier, drafter, n=13, seed=5):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, verifier.config.vocab_size - 1, (n + 1,), generator=g)
     with torch.no_grad():
-        aux = _aux(verifier(ids[None], output_hidden_states=True).hidden_states, drafter.cfg.aux_layer_ids)
+        aux = aux_states(verifier, ids[None], drafter.cfg.aux_layer_ids)
     return ids, aux
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from domino.loss import lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce
-from domino.metrics import acceptance_summary
+from domino.metrics import acceptance_from_counts, acceptance_summary
 
 
 def test_slot_weights_by_hand():
@@ -84,3 +84,15 @@ def test_repeated_ngram_share_by_hand():
     # [1,2,1,2,1,2]: 4-grams (1,2,1,2), (2,1,2,1), (1,2,1,2): 2 distinct of 3
     assert repeated_ngram_share([1, 2, 1, 2, 1, 2], 4) == pytest.approx(1 / 3)
     assert repeated_ngram_share([1, 2], 4) == 0.0
+
+
+def test_acceptance_from_position_counters_by_hand():
+    # vLLM's counters for the same 4 steps as above: positions accepted 3, 2 and 1 times
+    s = acceptance_from_counts(4, [3, 2, 1], 3)
+    assert s == acceptance_summary([[0, 2], [3, 1]], 3)
+    assert s["acceptance_length"] == pytest.approx(2.5)
+    for bad in ([3, 2], [1, 2, 0], [5, 1, 0]):  # wrong length, not a prefix count, more than the steps
+        with pytest.raises(ValueError):
+            acceptance_from_counts(4, bad, 3)
+    with pytest.raises(ValueError):
+        acceptance_from_counts(0, [0, 0, 0], 3)

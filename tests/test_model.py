@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from conftest import tiny_drafter, tiny_verifier
-from domino.decode import NeuralDraft, _aux
+from domino.decode import NeuralDraft
+from domino.verifier import aux_states
 
 
 def _row_with_two_docs(verifier, drafter, a_in_doc, doc0_len=7, doc1_len=30, seed=3):
@@ -18,7 +19,7 @@ def _row_with_two_docs(verifier, drafter, a_in_doc, doc0_len=7, doc1_len=30, see
     doc = torch.cat([torch.zeros(doc0_len), torch.ones(doc1_len)]).long()[None]
     with torch.no_grad():
         aux = torch.cat([
-            _aux(verifier(d[None], output_hidden_states=True).hidden_states, drafter.cfg.aux_layer_ids)
+            aux_states(verifier, d[None], drafter.cfg.aux_layer_ids)
             for d in (d0, d1)
         ], dim=1)
     return ids, pos, doc, aux, doc0_len + a_in_doc
@@ -116,3 +117,19 @@ def test_rope_frequencies_stay_float32_when_cast():
     d = d.to(torch.bfloat16)
     assert d.rotary_emb.inv_freq.dtype == torch.float32
     torch.testing.assert_close(d.rotary_emb.inv_freq, ref)
+
+
+def test_aux_id_L_is_the_last_layer_before_the_final_norm(verifier):
+    """vLLM's (and speculators') aux id L is the last layer's raw output; transformers' own
+    hidden_states[L] is after the final norm. Ids below L are transformers' hidden_states[i]."""
+    L = verifier.config.num_hidden_layers
+    ids = torch.arange(1, 12)[None]
+    with torch.no_grad():
+        out = verifier.model(input_ids=ids, output_hidden_states=True)
+    H = verifier.config.hidden_size
+    aux = aux_states(verifier, ids, [1, L, 0])
+    torch.testing.assert_close(aux[..., :H], out.hidden_states[1])
+    torch.testing.assert_close(aux[..., 2 * H:], out.hidden_states[0])
+    last = aux[..., H:2 * H]
+    torch.testing.assert_close(verifier.model.norm(last), out.last_hidden_state)
+    assert not torch.allclose(last, out.hidden_states[L])

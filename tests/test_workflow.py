@@ -23,7 +23,9 @@ def _copy_repo(dst: Path) -> Path:
 
 
 def _snakemake(cwd, *args, check=True):
-    env = dict(os.environ, PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1")
+    # the rules call `python`: make it this interpreter even when its environment is not activated
+    env = dict(os.environ, PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     exe = str(Path(sys.executable).with_name("snakemake"))
     out = subprocess.run([exe, "--cores", "1", *args], cwd=cwd, capture_output=True, text=True, env=env,
                          timeout=1500)
@@ -51,6 +53,25 @@ def test_dry_run_of_the_default(tmp_path):
     jobs = _planned_jobs(out)
     assert jobs == {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
                     "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "report": 1}, jobs
+
+
+def test_dry_run_with_the_vllm_stages(tmp_path):
+    """vllm.benchmark adds the vLLM runs (plain + the two DFlash exports, not Domino) and the
+    extraction runs under the vLLM interpreter; nothing else changes."""
+    repo = _copy_repo(tmp_path)
+    fake = tmp_path / "vllm-env-python"
+    (repo / "vllm.yaml").write_text(
+        "verifier: {embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64}}\n"
+        f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n")
+    out = _snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
+    jobs = _planned_jobs(out)
+    assert jobs == {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
+                    "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "export": 2,
+                    "vllm_benchmark_baseline": 1, "vllm_benchmark": 2, "report": 1}, jobs
+    text = out.stdout + out.stderr
+    assert text.count(f"{fake} -m domino extract") == 2
+    assert text.count(f"{fake} -m domino vllm-benchmark") == 3
+    assert "results/vllm_benchmark/domino.json" not in text
 
 
 @pytest.fixture(scope="module")

@@ -27,3 +27,15 @@ def stage_params(*sections):
     for s in sections:
         keep[s] = config[s]
     return json.dumps(keep, sort_keys=True)
+
+
+# vLLM pins its own transformers, so its stages run under another interpreter (vllm.python);
+# the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
+VLLM = config["vllm"]
+VLLM_PYTHON = f"PYTHONPATH=$PWD${{PYTHONPATH:+:$PYTHONPATH}} {VLLM['python']}" if VLLM["python"] else None
+# what vLLM can serve: the plain verifier and the DFlash exports (Domino is not in upstream vLLM)
+VLLM_RUNS = ["baseline"] + [c for c in CHECKPOINTS if config["checkpoints"][c]["projector"] == "dflash"]
+
+
+def vllm_outputs(wc=None):
+    return expand("results/vllm_benchmark/{run}.json", run=VLLM_RUNS) if VLLM["benchmark"] else []

@@ -4,6 +4,7 @@ rule report:
         validate=expand("results/validate/{checkpoint}.json", checkpoint=CHECKPOINTS),
         benchmark=expand("results/benchmark/{run}.json", run=RUNS),
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),
+        vllm=vllm_outputs,
     output:
         card="reports/model_card.md",
         reproduction="reports/reproduction.md",
