@@ -242,6 +242,7 @@ def _context(res: dict, card_info: dict, provenance: dict) -> dict:
             "projector": v["projector"], "shift": v["shift_label"], "first": first,
             "al": s["acceptance_length"], "tps": s["tps"], "speedup": s["speedup"],
             "matches_baseline": s["matches_baseline"], "drafts": s["drafts_per_step"],
+            "near_ties": len(s.get("near_tie_divergences") or []), "tie_tolerance": s.get("tie_tolerance"),
             "is_ref": ckpt == COMPARE_TO,
             "d_al": s["acceptance_length"] / ref["acceptance_length"] - 1,
             "d_tps": s["tps"] / ref["tps"] - 1,

@@ -97,7 +97,8 @@ def build_report(cfg: dict, results_dir, out_dir, bench_dir=None, log=print) -> 
     results = Path(results_dir)
     vllm_runs = []
     if cfg.get("vllm", {}).get("benchmark"):
-        vllm_runs = ["baseline"] + [c for c, k in cfg["checkpoints"].items() if k["projector"] == "dflash"]
+        vllm_runs = ["baseline"] + [c for c, k in cfg["checkpoints"].items()
+                                    if k["projector"] == "dflash" and not k["shift_label"]]
     paths = render_card(results, Path(out_dir), card_info(cfg, results), provenance(cfg, bench_dir, results),
                         vllm_runs=vllm_runs)
     for p in paths:

@@ -293,21 +293,30 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     """With vllm.benchmark the card gains one table: vLLM's numbers beside this loop's, DFlash only."""
     d = results_copy / "vllm_benchmark"
     d.mkdir()
-    rows = {"baseline": (1.0, 1.0, 212.5, 1.0, 164), "dflash-shift": (1.1234, 1.1204, 150.25, 0.7071, 163),
-            "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162)}
+    rows = {"baseline": (1.0, 1.0, 212.5, 1.0, 164), "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162)}
     for run, vals in rows.items():
         (d / f"{run}.json").write_text(json.dumps(_vllm_result(run, *vals)))
     card.render_card(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
     text = (tmp_path / "with" / "model_card.md").read_text()
     assert "### Cross-check: served by vLLM 0.32.0" in text
-    assert "| DFlash shift | 1.123 | 1.120 | 150.2 | 0.71× | 163 of 164 |" in text
     assert "| DFlash noshift | 1.356 | 1.360 | 160.0 | 0.75× | 162 of 164 |" in text
     assert "| Plain greedy (verifier only) | 1.000 | 1.000 | 212.5 | 1.00× | 164 of 164 |" in text
     table = text.split("### Cross-check")[1].split("\n## ")[0]
-    assert "| Domino |" not in table
+    assert "| Domino |" not in table and "| DFlash shift |" not in table
     # without the option the section is absent, even with the files on disk
     card.render_card(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
     assert "Cross-check" not in (tmp_path / "without" / "model_card.md").read_text()
-    (d / "dflash-shift.json").unlink()
-    with pytest.raises(FileNotFoundError, match="dflash-shift.json"):
+    (d / "dflash-noshift.json").unlink()
+    with pytest.raises(FileNotFoundError, match="dflash-noshift.json"):
         card.load_results(results_copy, vllm_runs=list(rows))
+
+
+def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_path):
+    p = results_copy / "benchmark" / "domino.json"
+    b = json.loads(p.read_text())
+    b["summary"].update(matches_baseline=False, tie_tolerance=0.25,
+                        near_tie_divergences=[{"task_id": "HumanEval/7", "position": 40, "tokens": [1, 2], "gap": 0.1}])
+    p.write_text(json.dumps(b))
+    card.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
+    text = (tmp_path / "model_card.md").read_text()
+    assert re.search(r"\| Domino \| [\d.]+ \| [\d.]+× \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|", text)

