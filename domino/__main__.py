@@ -129,7 +129,8 @@ def cmd_extract(a, p):
         verifier = load_verifier(a.verifier, p["verifier"]["dtype"], "cpu")
         backend = VllmExtractor(a.verifier, verifier, aux, p["verifier"]["dtype"],
                                 max_model_len=verifier.config.max_position_embeddings,
-                                memory_fraction=p["vllm"]["memory_fraction"], seed=p.get("seed", 0))
+                                memory_fraction=p["vllm"]["memory_fraction"], seed=p.get("seed", 0),
+                                device=_device(p))
     else:
         verifier = load_verifier(a.verifier, p["verifier"]["dtype"], _device(p))
     d2t, _ = load_vocab(a.vocab)

@@ -115,24 +115,27 @@ class VllmExtractor:
     """Aux hidden states and greedy draft-vocabulary targets through vLLM, in the layout of
     ``domino.features`` (one call per shard, the same tensors as the transformers path).
 
-    ``verifier`` is the transformers model (kept on the CPU: it supplies the final norm and
-    the ``lm_head`` rows of the target, and the weights hash that keys the shards);
-    ``model_path`` is what vLLM loads, the same weights.
+    ``verifier`` is the transformers model, left on the CPU (it supplies the weights hash that
+    keys the shards); its final norm and the target's ``lm_head`` rows are copied to ``device``,
+    where the greedy targets are computed. ``model_path`` is what vLLM loads, the same weights.
     """
 
     name = "vllm"
 
     def __init__(self, model_path: str, verifier, aux_layer_ids: list[int], dtype: str,
                  max_model_len: int | None = None, memory_fraction: float = 0.5, storage_dir: str | None = None,
-                 seed: int = 0):
+                 seed: int = 0, device: str = "cpu"):
+        import copy
+
         self.L = verifier.config.num_hidden_layers
         self.aux_layer_ids = list(aux_layer_ids)
         # vLLM captures each requested layer once, in depth order, whatever order it is asked in
         self.layers = sorted(set(self.aux_layer_ids) | {self.L})  # L feeds the target
         self._aux_cols = [self.layers.index(i) for i in self.aux_layer_ids]
         self._last_col = self.layers.index(self.L)
-        self.norm = verifier.model.norm
-        self.lm_head = verifier.get_output_embeddings().weight
+        self.device = device
+        self.norm = copy.deepcopy(verifier.model.norm).to(device)
+        self._head_key, self._head = None, None
         self._tmp = tempfile.TemporaryDirectory(prefix="domino-vllm-hs-", dir=storage_dir)
         self.storage = Path(self._tmp.name)
         self.llm = _llm(
@@ -174,6 +177,13 @@ class VllmExtractor:
             leftover.unlink()
         return states
 
+    def _head_rows(self, head_rows: torch.Tensor) -> torch.Tensor:
+        """The draft-vocabulary rows of the verifier's lm_head on ``device``, copied once."""
+        key = (head_rows.data_ptr(), tuple(head_rows.shape))
+        if key != self._head_key:
+            self._head_key, self._head = key, head_rows.to(self.device)
+        return self._head
+
     @torch.inference_mode()
     def __call__(self, part: list[dict], head_rows: torch.Tensor, batch_size: int, dtype: torch.dtype) -> dict:
         ids_l, mask_l, aux_l, tgt_l = [], [], [], []
@@ -184,12 +194,12 @@ class VllmExtractor:
                 if hs.shape[:2] != (n, len(self.layers)):
                     raise RuntimeError(f"vLLM hidden states of shape {tuple(hs.shape)} for {n} tokens and "
                                        f"{len(self.layers)} layers")
-                w = self.lm_head
+                w = self._head_rows(head_rows)
                 last = self.norm(hs[:, self._last_col].to(w.device, w.dtype))
                 ids_l.append(torch.tensor(r["input_ids"], dtype=torch.long))
                 mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
                 aux_l.append(hs[:, self._aux_cols].reshape(n, -1).to(dtype))
-                tgt_l.append((last @ head_rows.to(w.device, w.dtype).T).argmax(-1).cpu())
+                tgt_l.append((last @ w.T).argmax(-1).cpu())
         lengths = torch.tensor([len(t) for t in ids_l])
         return {
             "input_ids": torch.cat(ids_l).contiguous(),
