@@ -348,3 +348,13 @@ def test_default_profile_dry_run(tmp_path):
                     *[f"results/export/{c}/config.json" for c in ("dflash-shift", "dflash-noshift", "domino")])
     assert jobs == {"prepare_data": 1, "draft_vocab": 1, "extract_hidden_states": 2, "train": 3, "validate": 3,
                     "benchmark_baseline": 1, "benchmark": 3, "report": 1, "export": 3}, jobs
+
+
+def test_memory_benchmark_runs_the_card_shapes(one_thread):
+    """python -m domino.bench_memory on a short row: the card's drafter and the train stage's code."""
+    from domino.bench_memory import measure
+
+    r = measure("cpu", "sdpa", "domino", None, pack_len=64, anchors=4, steps=1)
+    assert r["steps"] == 1 and r["peak_bytes"] > 0
+    # fc 3*1024*1024, 3 layers of 4*1024*... : the count the model.py docstring works out (~65M)
+    assert 60e6 < r["trainable_params"] < 70e6
