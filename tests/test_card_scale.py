@@ -327,7 +327,8 @@ def test_profiles_parse():
     assert {"runtime", "mem_mb"} <= set(slurm["default-resources"])
     res = slurm["set-resources"]
     assert set(res) <= _rules()
-    for rule in ("extract_hidden_states", "train", "validate", "benchmark", "benchmark_baseline"):
+    for rule in ("extract_hidden_states", "train", "validate", "benchmark", "benchmark_baseline",
+                 "vllm_benchmark_baseline", "vllm_benchmark"):
         assert res[rule]["gpu"] == 1, rule
         assert "gres" not in res[rule]  # the plugin refuses gpu and gres together
     for rule in ("prepare_data", "export"):
