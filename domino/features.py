@@ -145,6 +145,11 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype):
             mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
             aux_l.append(aux[j, :n].to("cpu", dtype))
             tgt_l.append(greedy[j, :n].cpu())
+    return shard_tensors(ids_l, mask_l, aux_l, tgt_l)
+
+
+def shard_tensors(ids_l, mask_l, aux_l, tgt_l) -> dict:
+    """One shard's tensors from per-conversation lists, concatenated along the token axis."""
     lengths = torch.tensor([len(t) for t in ids_l])
     return {
         "input_ids": torch.cat(ids_l).contiguous(),

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from .decode import DecodeResult
+from .features import shard_tensors
 
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens",
                  "vllm:spec_decode_num_accepted_tokens_per_pos")
@@ -200,11 +201,4 @@ class VllmExtractor:
                 mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
                 aux_l.append(hs[:, self._aux_cols].reshape(n, -1).to(dtype))
                 tgt_l.append((last @ w.T).argmax(-1).cpu())
-        lengths = torch.tensor([len(t) for t in ids_l])
-        return {
-            "input_ids": torch.cat(ids_l).contiguous(),
-            "loss_mask": torch.cat(mask_l).contiguous(),
-            "aux": torch.cat(aux_l).contiguous(),
-            "target": torch.cat(tgt_l).long().contiguous(),
-            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]).contiguous(),
-        }
+        return shard_tensors(ids_l, mask_l, aux_l, tgt_l)
