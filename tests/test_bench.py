@@ -30,3 +30,15 @@ def test_near_tie_verdict():
     assert lossless_verdict(d, 0.25) == "near-tie"
     assert lossless_verdict({**d, "gap": 0.3}, 0.25) == "mismatch"
     assert lossless_verdict({**d, "gap": None}, 10.0) == "mismatch"
+
+
+def test_decode_benchmark_script_runs(capsys, one_thread):
+    """python -m domino.bench_decode prints its figures; outside float32 it counts partings."""
+    from domino.bench_decode import main
+
+    main(["--prompts", "2", "--prompt-len", "16", "--max-new-tokens", "8", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "plain greedy" in out and "oracle ideal speedup" in out and "parted" not in out
+    main(["--prompts", "2", "--prompt-len", "16", "--max-new-tokens", "8", "--threads", "1", "--dtype", "bfloat16"])
+    out = capsys.readouterr().out
+    assert "bfloat16" in out and "parted from plain greedy:" in out
