@@ -163,10 +163,10 @@ def _train_config(p, checkpoint: str):
 
 
 def _autocast(p):
-    import torch
+    from .verifier import DTYPES
 
     name = p["train"].get("autocast")
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name) if name else None
+    return DTYPES[name] if name else None
 
 
 def cmd_train(a, p):

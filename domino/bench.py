@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import platform
-import time
 from importlib.util import find_spec
 from pathlib import Path
 

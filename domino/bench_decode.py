@@ -25,6 +25,7 @@ import time
 import torch
 
 from .decode import NeuralDraft, OracleDraft, greedy_decode, speculative_decode
+from .metrics import acceptance_summary
 
 
 def _random_verifier(seed: int):
@@ -41,11 +42,10 @@ def _card_verifier(seed: int):
     """Random weights in the shape of Qwen/Qwen3-0.6B (nothing downloaded)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    from .random_verifier import QWEN3_0_6B
+
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                      tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-    return Qwen3ForCausalLM(cfg).eval()
+    return Qwen3ForCausalLM(Qwen3Config(**QWEN3_0_6B)).eval()
 
 
 def _card_drafter(verifier, seed: int):
@@ -54,9 +54,7 @@ def _card_drafter(verifier, seed: int):
     from .vocab import mappings
 
     d2t, t2d = mappings(torch.arange(CARD["draft_vocab_size"]), verifier.config.vocab_size)
-    keep = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size", "gru_hidden_size", "bottleneck_size",
-            "mask_token_id", "correct_from")
-    cfg = DrafterConfig.from_verifier(verifier.config, projector="domino", **{k: CARD[k] for k in keep})
+    cfg = DrafterConfig.from_verifier(verifier.config, projector="domino", **CARD)
     torch.manual_seed(seed)
     return Drafter.from_verifier(verifier, cfg, d2t, t2d).eval()
 
@@ -107,7 +105,9 @@ def main(argv=None) -> None:
         drafter = Drafter.load(a.checkpoint)
     else:
         drafter = _card_drafter(verifier, a.seed) if a.card_shapes else _random_drafter(verifier, a.block_size, a.seed)
-    dtype = getattr(torch, a.dtype)
+    from .verifier import DTYPES
+
+    dtype = DTYPES[a.dtype]
     verifier = verifier.to(a.device, dtype)
     drafter = drafter.to(a.device, dtype).eval()
     cuda = a.device.startswith("cuda")
@@ -162,9 +162,7 @@ def main(argv=None) -> None:
     print(f"plain greedy          : {plain_tps:8.1f} tok/s   ({plain_step * 1e3:.2f} ms per token)")
     print(f"one block forward     : {block_fwd * 1e3:8.2f} ms   ({D + 1} tokens)")
     for name, rs in (("drafter", spec), ("oracle", oracle)):
-        steps = sum(r.steps for r in rs)
-        accepted = sum(sum(r.accepted_per_step) for r in rs)
-        al = 1 + accepted / steps
+        al = acceptance_summary([r.accepted_per_step for r in rs], D)["acceptance_length"]
         total = _sum(rs, "seconds")
         over = _sum(rs, "overhead_seconds") / total
         t = n_new / total

@@ -23,10 +23,9 @@ import time
 
 import torch
 
-CARD = dict(hidden_size=1024, num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=3072,
-            rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=40960, target_vocab_size=151936,
-            target_num_layers=28, num_layers=3, block_size=8, aux_layer_ids=[1, 13, 25], draft_vocab_size=32000,
-            gru_hidden_size=1024, bottleneck_size=256, mask_token_id=151669, correct_from=1)
+# the card's drafter; the verifier's shape is domino.random_verifier.QWEN3_0_6B
+CARD = dict(num_layers=3, block_size=8, aux_layer_ids=[1, 13, 25], draft_vocab_size=32000, gru_hidden_size=1024,
+            bottleneck_size=256, mask_token_id=151669, correct_from=1)
 
 
 def _features(T: int, n_aux: int, H: int, V: int, Vd: int, docs: int, seed: int) -> dict:
@@ -44,12 +43,17 @@ def _features(T: int, n_aux: int, H: int, V: int, Vd: int, docs: int, seed: int)
 
 def measure(device: str, attn: str, projector: str, autocast: str | None, pack_len: int, anchors: int,
             steps: int, seed: int = 0) -> dict:
+    from transformers import Qwen3Config
+
     from .model import Drafter, DrafterConfig
+    from .random_verifier import QWEN3_0_6B
     from .train import TrainConfig, train
+    from .verifier import DTYPES
     from .vocab import mappings
 
     torch.manual_seed(seed)
-    cfg = DrafterConfig(**CARD, projector=projector, shift_label=True, attn_implementation=attn)
+    cfg = DrafterConfig.from_verifier(Qwen3Config(**QWEN3_0_6B), **CARD, projector=projector, shift_label=True,
+                                      attn_implementation=attn)
     drafter = Drafter(cfg)
     d2t, t2d = mappings(torch.arange(cfg.draft_vocab_size), cfg.target_vocab_size)
     drafter.d2t.copy_(d2t)
@@ -58,7 +62,7 @@ def measure(device: str, attn: str, projector: str, autocast: str | None, pack_l
                       cfg.draft_vocab_size, docs=4 * (steps + 1), seed=seed)
     tc = TrainConfig(epochs=1, anchors_per_row=anchors, pack_len=pack_len, warmup_steps=1, checkpoint_every=10**9,
                      weighting="shifted" if projector == "domino" else "classic", seed=seed)
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(autocast or "")
+    dtype = DTYPES[autocast] if autocast else None
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)

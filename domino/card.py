@@ -25,7 +25,7 @@ HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}
 TEMPLATES = Path(__file__).parent / "templates"
 
 CARD_INFO_KEYS = (
-    "model_name", "verifier", "verifier_layers", "verifier_hidden", "target_vocab_size", "dataset",
+    "model_name", "verifier", "dataset",
     "samples", "seq_len", "epochs", "lr", "warmup_steps", "lr_schedule", "lambda0", "lambda_ratio",
     "gamma", "optimizer", "anchors_per_row", "training_hardware", "scale", "license", "datasets",
 )
@@ -221,12 +221,7 @@ def _context(res: dict, card_info: dict, provenance: dict) -> dict:
     for needed in ("domino", COMPARE_TO):
         if needed not in ckpts:
             raise ValueError(f"the card needs the {needed!r} checkpoint; got {ckpts}")
-    cfg = res["drafter_config"]["domino"]
-    for key, cfg_key in (("verifier_layers", "target_num_layers"), ("verifier_hidden", "hidden_size"),
-                         ("target_vocab_size", "target_vocab_size")):
-        if card_info[key] != cfg[cfg_key]:
-            raise ValueError(f"card_info {key}={card_info[key]} disagrees with drafter_config "
-                             f"{cfg_key}={cfg[cfg_key]} of the domino checkpoint")
+    cfg = res["drafter_config"]["domino"]  # the verifier's shape, as the drafter was built for it
 
     bench = {run: b["summary"] for run, b in res["benchmark"].items()}
     ref = bench[COMPARE_TO]
@@ -258,12 +253,13 @@ def _context(res: dict, card_info: dict, provenance: dict) -> dict:
     return {
         "info": card_info, "prov": provenance, "cfg": cfg, "rows": rows, "domino": dom,
         "noshift": noshift, "a1_ratio": a1_ratio,
-        "baseline": bench["baseline"], "protocol": res["benchmark"]["baseline"]["protocol"],
+        "baseline": bench["baseline"], "baseline_label": LABELS["baseline"],
+        "protocol": res["benchmark"]["baseline"]["protocol"],
         "val": res["validate"]["domino"], "plots": PLOTS,
         "any_missing_pos": any(p is None for r in rows for p in r["pos"]),
         "any_undefined_cond": any(c is None for c in dom["cond"]),
         "total_seconds": sum(provenance["stage_seconds"].values()),
-        "scale_sentence": scale_sentence(card_info),
+        "scale_sentence": scale_sentence(card_info, cfg),
         "same_budget": len({(r["steps"], r["epochs"]) for r in rows}) == 1,
         "vllm": _vllm_rows(res["vllm"]),
     }
@@ -273,14 +269,14 @@ def _vllm_rows(vllm: dict) -> dict | None:
     """The vLLM cross-check table: each served run beside the project's own loop."""
     if not vllm:
         return None
-    rows = [{"label": "Plain greedy (verifier only)" if run == "baseline" else LABELS.get(run, run), **b["summary"]}
+    rows = [{"label": LABELS.get(run, run), **b["summary"]}
             for run, b in vllm.items()]
     return {"backend": vllm["baseline"]["protocol"]["backend"], "rows": rows}
 
 
-def scale_sentence(info: dict) -> str:
-    """One plain statement of what scale the run was made at."""
-    model = f"{info['verifier_layers']} layers, hidden size {info['verifier_hidden']}"
+def scale_sentence(info: dict, cfg: dict) -> str:
+    """One plain statement of what scale the run was made at (``cfg``: a drafter_config.json)."""
+    model = f"{cfg['target_num_layers']} layers, hidden size {cfg['hidden_size']}"
     if info["scale"] == "embedded":
         return (f"This is an embedded-scale run. The verifier is a small Qwen3-architecture model ({model}) "
                 f"that the workflow builds and pretrains itself; it is not Qwen3-0.6B, and the run is far "

@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-TIMING_KEYS = {"seconds", "tps", "speedup", "draft_seconds", "verify_seconds"}
+TIMING_KEYS = {"seconds", "tps", "speedup", "draft_seconds", "verify_seconds", "ours_tps"}
 TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|vs DFlash noshift", re.I)
 
 
@@ -28,8 +28,7 @@ def strip_timing(obj):
 def card_tables(text: str) -> list[list[str]]:
     """Markdown table rows of a card, with timing columns blanked."""
     rows, mask = [], []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
+    for line in text.splitlines():
         if not line.startswith("|"):
             mask = []
             continue

@@ -189,12 +189,19 @@ def _cross_checks(cfg: dict) -> None:
         if m >= facts["vocab"]:
             raise ConfigError(f"drafter.mask_token_id: {m} is outside the verifier's embedding "
                               f"(allowed: < {facts['vocab']})")
-        if facts["mask_id"] is not None and m != facts["mask_id"] and facts["real_vocab"] and m < facts["real_vocab"]:
+        if facts["real_vocab"] and m < facts["real_vocab"] and m != facts["mask_id"]:
+            or_null = ", or null for <|MASK|>" if facts["mask_id"] is not None else ""
             raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
-                              f"(allowed: an unused row >= {facts['real_vocab']}, or null for <|MASK|>)")
-        if facts["mask_id"] is None and facts["real_vocab"] and m < facts["real_vocab"]:
-            raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
-                              f"(allowed: an unused row >= {facts['real_vocab']})")
+                              f"(allowed: an unused row >= {facts['real_vocab']}{or_null})")
+
+
+def vllm_runs(cfg: dict) -> list[str]:
+    """What vLLM serves as trained: the plain verifier and the classic (noshift) DFlash checkpoints.
+
+    Domino's head is not in upstream vLLM, and vLLM's DFlash layout takes the anchor as the bonus
+    token, so a shifted export would be read one slot off (docs/card-scale.md)."""
+    return ["baseline"] + [name for name, k in cfg["checkpoints"].items()
+                           if k["projector"] == "dflash" and not k["shift_label"]]
 
 
 def config_sha256(cfg: dict) -> str:

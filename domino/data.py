@@ -283,11 +283,10 @@ def prepare_records(tokenizer, records, seq_len: int, val_fraction: float, seed:
 
 
 def write_jsonl(path, rows) -> None:
-    from .io import atomic_path
+    """Prepared conversations, one compact JSON object per line."""
+    from .io import write_jsonl as _write
 
-    with atomic_path(path) as tmp, open(tmp, "w") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, separators=(",", ":")) + "\n")
+    _write(path, rows, separators=(",", ":"))
 
 
 def read_jsonl(path) -> list[dict]:

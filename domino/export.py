@@ -70,14 +70,14 @@ is ambiguous or disagrees with our model (the Domino head has been checked again
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
 
-from .io import atomic_path
+from .io import atomic_path, read_json, write_json
 from .model import Drafter, DrafterConfig
+from .verifier import DTYPES
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -90,7 +90,6 @@ _HEAD_RENAMES = [
     ("head.down.", "domino_head.embed_proj.0."),
     ("head.up.", "domino_head.embed_proj.2."),
 ]
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ExportError(ValueError):
@@ -212,8 +211,7 @@ def export_speculators(checkpoint_dir: str | Path, out_dir: str | Path, verifier
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_path(out_dir / WEIGHTS_NAME) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
-    with atomic_path(out_dir / CONFIG_NAME) as tmp:
-        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_json(out_dir / CONFIG_NAME, config)
     return config
 
 
@@ -294,7 +292,7 @@ def load_speculators(out_dir: str | Path, verifier=None, attn_implementation: st
     cpath, wpath = out_dir / CONFIG_NAME, out_dir / WEIGHTS_NAME
     if not cpath.exists() or not wpath.exists():
         raise ExportError(f"{out_dir} is not a complete export (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    config = json.loads(cpath.read_text())
+    config = read_json(cpath, "export config")
     cfg = drafter_config_from_speculators(config)
     if attn_implementation:
         cfg.attn_implementation = attn_implementation

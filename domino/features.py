@@ -27,9 +27,8 @@ from pathlib import Path
 import torch
 
 from .io import atomic_path, sha256_file, write_json
-from .verifier import AuxCapture
+from .verifier import DTYPES, AuxCapture
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ShardError(RuntimeError):
@@ -37,7 +36,7 @@ class ShardError(RuntimeError):
 
 
 def estimate_bytes(n_tokens: int, n_aux: int, hidden: int, dtype: str) -> int:
-    per = torch.tensor([], dtype=DTYPES[dtype]).element_size()
+    per = DTYPES[dtype].itemsize
     return n_tokens * (n_aux * hidden * per + 8 + 1 + 8)
 
 
@@ -162,7 +161,7 @@ def shard_tensors(ids_l, mask_l, aux_l, tgt_l) -> dict:
 
 def load_features(index_path: str | Path, verify: bool = True) -> dict:
     """All shards of one split, checked against their sha256, as one set of token tensors."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load, load_file
 
     index_path = Path(index_path)
     if not index_path.exists():
@@ -173,10 +172,16 @@ def load_features(index_path: str | Path, verify: bool = True) -> dict:
         path = index_path.parent / sh["file"]
         if not path.exists():
             raise ShardError(f"feature shard {path} is missing")
-        if verify and sha256_file(path) != sh["sha256"]:
-            raise ShardError(f"feature shard {path} is corrupted (sha256 differs from {index_path.name})")
         try:
-            parts.append(load_file(str(path)))
+            if verify:  # one read serves both the check and the tensors
+                data = path.read_bytes()
+                if hashlib.sha256(data).hexdigest() != sh["sha256"]:
+                    raise ShardError(f"feature shard {path} is corrupted (sha256 differs from {index_path.name})")
+                parts.append(load(data))
+            else:
+                parts.append(load_file(str(path)))
+        except ShardError:
+            raise
         except Exception as err:  # safetensors raises several types on a damaged file
             raise ShardError(f"feature shard {path} cannot be read: {err}") from None
     offsets, base = [], 0

@@ -30,6 +30,31 @@ def atomic_path(path: str | Path):
             tmp.unlink()
 
 
+@contextmanager
+def atomic_dir(path: str | Path):
+    """Yield a temporary sibling directory of ``path``; it replaces ``path`` only if the block
+    succeeds, so the directory exists only when complete."""
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield tmp
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_jsonl(path: str | Path, rows, **dumps_kwargs) -> None:
+    """One JSON object per line, written atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, **dumps_kwargs) + "\n")
+
+
 def write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .verifier import QWEN3_CHAT_TEMPLATE
+from .io import atomic_dir
+from .verifier import DTYPES, QWEN3_CHAT_TEMPLATE
 
 # Qwen/Qwen3-0.6B's config.json, the fields that shape the model
 QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
@@ -43,9 +44,6 @@ def write_random_verifier(out_dir: str | Path, seed: int = 0, dtype: str = "bflo
     """``shape`` overrides entries of ``QWEN3_0_6B`` (the tests write a narrow one)."""
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    import os
-    import shutil
-
     out_dir = Path(out_dir)
     tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_files()))
     tok.chat_template = tok.chat_template or QWEN3_CHAT_TEMPLATE
@@ -53,14 +51,10 @@ def write_random_verifier(out_dir: str | Path, seed: int = 0, dtype: str = "bflo
                       eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
                       pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), architectures=["Qwen3ForCausalLM"])
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).to(getattr(torch, dtype))
-    tmp = out_dir.with_name(f".tmp-{os.getpid()}-{out_dir.name}")
-    try:  # written beside, then renamed: the directory exists only when complete
+    model = Qwen3ForCausalLM(cfg).to(DTYPES[dtype])
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 

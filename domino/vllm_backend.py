@@ -33,8 +33,7 @@ import torch
 from .decode import DecodeResult
 from .features import shard_tensors
 
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens",
-                 "vllm:spec_decode_num_accepted_tokens_per_pos")
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens_per_pos")
 
 
 def _llm(model: str, dtype: str, max_model_len: int | None, seed: int, memory_fraction: float, **extra):
@@ -66,18 +65,16 @@ def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = Non
     return _llm(model, dtype, max_model_len, seed, memory_fraction, **extra)
 
 
-def _spec_counts(llm) -> tuple[int, int, list[int]]:
-    """vLLM's cumulative speculative counters: (drafts, accepted tokens, accepted per position)."""
-    drafts, accepted, per_pos = 0, 0, []
+def _spec_counts(llm) -> tuple[int, list[int]]:
+    """vLLM's cumulative speculative counters: (drafts, accepted per position)."""
+    drafts, per_pos = 0, []
     for m in llm.get_metrics():
         if m.name == SPEC_COUNTERS[0]:
             drafts += int(m.value)
         elif m.name == SPEC_COUNTERS[1]:
-            accepted += int(m.value)
-        elif m.name == SPEC_COUNTERS[2]:
             vals = [int(v) for v in m.values]
             per_pos = [a + b for a, b in zip(per_pos, vals)] if per_pos else vals
-    return drafts, accepted, per_pos
+    return drafts, per_pos
 
 
 def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=(),
@@ -87,14 +84,14 @@ def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()
 
     Returns the per-prompt results (``accepted_per_step`` stays empty: vLLM does not report
     steps) and the totals of vLLM's speculative counters over all prompts: ``drafts`` (steps
-    that drafted), ``accepted`` and ``accepted_per_position`` (zeros without a draft model).
+    that drafted) and ``accepted_per_position`` (empty without a draft model).
     """
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(eos_ids),
                             ignore_eos=not eos_ids, skip_special_tokens=False, detokenize=False)
     out = []
-    start = _spec_counts(llm) if speculative else (0, 0, [])
+    start = _spec_counts(llm) if speculative else (0, [])
     for ids in prompts:
         t0 = time.perf_counter()
         res = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)[0].outputs[0]
@@ -102,9 +99,9 @@ def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()
         tokens = list(res.token_ids)
         reason = "eos" if tokens and tokens[-1] in set(eos_ids) else "length"
         out.append(DecodeResult(tokens, [], 0.0, seconds, seconds, reason))
-    end = _spec_counts(llm) if speculative else (0, 0, [])
-    per_pos = [b - (start[2][i] if i < len(start[2]) else 0) for i, b in enumerate(end[2])]
-    return out, {"drafts": end[0] - start[0], "accepted": end[1] - start[1], "accepted_per_position": per_pos}
+    end = _spec_counts(llm) if speculative else (0, [])
+    per_pos = [b - (start[1][i] if i < len(start[1]) else 0) for i, b in enumerate(end[1])]
+    return out, {"drafts": end[0] - start[0], "accepted_per_position": per_pos}
 
 
 def vllm_greedy(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> list[DecodeResult]:
@@ -190,12 +187,12 @@ class VllmExtractor:
         ids_l, mask_l, aux_l, tgt_l = [], [], [], []
         for b in range(0, len(part), batch_size):
             batch = part[b:b + batch_size]
+            w = self._head_rows(head_rows)
             for r, hs in zip(batch, self._states([r["input_ids"] for r in batch])):
                 n = len(r["input_ids"])
                 if hs.shape[:2] != (n, len(self.layers)):
                     raise RuntimeError(f"vLLM hidden states of shape {tuple(hs.shape)} for {n} tokens and "
                                        f"{len(self.layers)} layers")
-                w = self._head_rows(head_rows)
                 last = self.norm(hs[:, self._last_col].to(w.device, w.dtype))
                 ids_l.append(torch.tensor(r["input_ids"], dtype=torch.long))
                 mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))

@@ -32,8 +32,8 @@ CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
 LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino"}
 
 CARD_INFO = {
-    "model_name": "Qwen3-Embedded-Domino-b8", "verifier": "results/verifier/model", "verifier_layers": 4,
-    "verifier_hidden": 64, "target_vocab_size": 4096, "dataset": "ShareGPT", "samples": 5000, "seq_len": 4096,
+    "model_name": "Qwen3-Embedded-Domino-b8", "verifier": "results/verifier/model", "dataset": "ShareGPT",
+    "samples": 5000, "seq_len": 4096,
     "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
     "gamma": 7.0, "optimizer": "AdamW", "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
     "scale": "embedded", "license": "apache-2.0",

@@ -10,8 +10,6 @@ serves), then the micro workflow with every vLLM stage switched on: extraction t
 compared with transformers', and the noshift DFlash export served by vLLM against our loop.
 """
 
-import os
-
 import pytest
 import torch
 
@@ -37,7 +35,6 @@ def test_vllm_greedy_matches_the_projects_greedy(tiny_dir):
     from domino.verifier import load_verifier
     from domino.vllm_backend import load_llm, vllm_greedy
 
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 511, (int(n),), generator=g).tolist() for n in torch.randint(4, 60, (8,), generator=g)]
     verifier = load_verifier(str(tiny_dir))

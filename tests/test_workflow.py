@@ -12,6 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINTS = ["dflash-shift", "dflash-noshift", "domino"]
+# what a dry run of the embedded default plans
+DEFAULT_JOBS = {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
+                "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "report": 1}
 
 
 def _copy_repo(dst: Path) -> Path:
@@ -51,8 +54,7 @@ def test_dry_run_of_the_default(tmp_path):
     repo = _copy_repo(tmp_path)
     out = _snakemake(repo, "-n", "reports/model_card.md")
     jobs = _planned_jobs(out)
-    assert jobs == {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
-                    "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "report": 1}, jobs
+    assert jobs == DEFAULT_JOBS, jobs
 
 
 def test_dry_run_with_the_vllm_stages(tmp_path):
@@ -66,9 +68,7 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
         f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n")
     out = _snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
     jobs = _planned_jobs(out)
-    assert jobs == {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
-                    "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "export": 1,
-                    "vllm_benchmark_baseline": 1, "vllm_benchmark": 1, "report": 1}, jobs
+    assert jobs == {**DEFAULT_JOBS, "export": 1, "vllm_benchmark_baseline": 1, "vllm_benchmark": 1}, jobs
     text = out.stdout + out.stderr
     assert text.count(f"{fake} -m domino extract") == 2
     assert text.count(f"{fake} -m domino vllm-benchmark") == 2

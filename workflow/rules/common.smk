@@ -1,7 +1,7 @@
 import json
 import sys
 
-from domino.config import ConfigError, load_schema, validate_config
+from domino.config import ConfigError, load_schema, validate_config, vllm_runs
 
 # Validate before any job is scheduled: a bad value stops here, naming the key.
 try:
@@ -23,7 +23,7 @@ TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else []
 
 def stage_params(*sections):
     """The config sections a stage uses, as one JSON string: editing any of them reruns it."""
-    keep = {"seed": config["seed"], "threads": config["threads"], "device": config["device"]}
+    keep = {"seed": config["seed"], "threads": config["threads"]}
     for s in sections:
         keep[s] = config[s]
     return json.dumps(keep, sort_keys=True)
@@ -33,11 +33,7 @@ def stage_params(*sections):
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
 VLLM = config["vllm"]
 VLLM_PYTHON = f"PYTHONPATH=$PWD${{PYTHONPATH:+:$PYTHONPATH}} {VLLM['python']}" if VLLM["python"] else None
-# what vLLM serves as trained: the plain verifier and the classic (noshift) DFlash exports.
-# Domino's head is not in upstream vLLM, and vLLM's DFlash layout takes the anchor as the bonus
-# token, so a shifted export would be read one slot off (docs/card-scale.md).
-VLLM_RUNS = ["baseline"] + [c for c in CHECKPOINTS if config["checkpoints"][c]["projector"] == "dflash"
-                            and not config["checkpoints"][c]["shift_label"]]
+VLLM_RUNS = vllm_runs(config)  # the plain verifier and the noshift DFlash checkpoints
 
 
 def vllm_outputs(wc=None):

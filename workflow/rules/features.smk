@@ -12,7 +12,8 @@ rule extract_hidden_states:
                                  "verifier": {"dtype": config["verifier"]["dtype"]},
                                  "drafter": {"aux_layer_ids": config["drafter"]["aux_layer_ids"]},
                                  "features": config["features"],
-                                 **({"vllm": config["vllm"]} if config["features"]["backend"] == "vllm" else {})},
+                                 **({"vllm": {"memory_fraction": config["vllm"]["memory_fraction"]}}
+                                    if config["features"]["backend"] == "vllm" else {})},
                                 sort_keys=True),
         verifier=VERIFIER,
         python=VLLM_PYTHON if config["features"]["backend"] == "vllm" else "python",

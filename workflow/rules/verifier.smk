@@ -6,7 +6,8 @@ rule tokenizer:
     output:
         directory("results/verifier/tokenizer"),
     params:
-        p=json.dumps({"seed": config["seed"], "threads": config["threads"], "data": config["data"],
+        p=json.dumps({"seed": config["seed"], "threads": config["threads"],
+                      "data": {k: config["data"][k] for k in ("corpus", "samples", "hub_dataset", "hub_split")},
                       "verifier": {"embedded": {"vocab_size": config["verifier"].get("embedded", {}).get("vocab_size")}}},
                      sort_keys=True),
     log:
