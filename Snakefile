@@ -1,7 +1,11 @@
 # Domino reproduction workflow: `snakemake --cores 1 reports/model_card.md`.
-# Stages live in workflow/rules/; every rule calls `python -m domino <stage>`.
+# Stages live in workflow/rules/; every rule calls `python -m domino <stage>`, whose config keys
+# and paths are declared once in domino/stages.py.
+import os
 
-configfile: "config.yaml"
+# config.yaml beside this Snakefile is the base; `--configfile FILE...` overlays are merged over it.
+# With `--directory DIR` every output (results/, reports/, logs/, benchmarks/) goes under DIR.
+configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
 include: "workflow/rules/common.smk"
@@ -19,4 +23,4 @@ rule all:
     default_target: True
     input:
         "reports/model_card.md",
-        expand("results/export/{checkpoint}/config.json", checkpoint=CHECKPOINTS),
+        expand("results/export/{checkpoint}", checkpoint=CHECKPOINTS),

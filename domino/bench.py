@@ -114,7 +114,7 @@ def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | N
     records, acc_lists = [], []
     totals = {"draft_seconds": 0.0, "verify_seconds": 0.0, "seconds": 0.0, "new_tokens": 0}
     mismatches, near_ties = [], []
-    tol = float(b.get("tie_tolerance", 0.0))
+    tol = float(b["tie_tolerance"]) if run != "baseline" else 0.0  # only speculative runs compare
     limit = verifier.config.max_position_embeddings
     encoded = [encode_prompt(tok, t["prompt"], b["chat_template"], kwargs) for t in tasks]
     for t, ids in zip(tasks, encoded):  # refuse before any timing: no partial table

@@ -8,6 +8,7 @@ columns that hold timings (TPS, speedup, wall and training time). Exits 1 on a d
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -65,9 +66,11 @@ def compare_runs(a: str | Path, b: str | Path) -> list[str]:
 
 
 def main(argv=None) -> None:
-    args = argv if argv is not None else sys.argv[1:]
-    if len(args) != 2:
-        raise SystemExit("usage: python -m domino.compare RUN_A RUN_B")
+    p = argparse.ArgumentParser(prog="python -m domino.compare", description=__doc__.split("\n")[0])
+    p.add_argument("run_a", help="a workflow run directory (with results/ and reports/)")
+    p.add_argument("run_b", help="another one")
+    a = p.parse_args(argv)
+    args = [a.run_a, a.run_b]
     diffs = compare_runs(*args)
     n = sum(1 for _ in (Path(args[0]) / "results").rglob("*"))
     for d in diffs:

@@ -7,14 +7,24 @@ is scheduled.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import hashlib
 import json
+import re
+import sys
 from pathlib import Path
 
 import yaml
 
-SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"  # shipped inside the package
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+# directories of a workflow run: a verifier source that starts with one is a local path
+RUN_DIRS = ("results", "reports", "logs", "benchmarks", "runs", "config")
+SECTIONS = ("seed", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 class ConfigError(ValueError):
@@ -56,7 +66,13 @@ def _message(err) -> str:
     if v == "enum":
         return f"{key}: {err.instance!r} is not allowed (allowed: {', '.join(map(repr, val))})"
     if v == "type":
-        return f"{key}: {err.instance!r} has the wrong type (allowed: {val})"
+        hint = ""
+        if isinstance(err.instance, str) and "number" in val and _FLOAT.fullmatch(err.instance.strip()):
+            # YAML 1.1 reads 6e-4 as a string; 6.0e-4 (a dot and a signed exponent) is a number
+            mantissa, _, exp = err.instance.strip().lower().partition("e")
+            fixed = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp if exp[:1] in '+-' else '+' + exp}"
+            hint = f"; YAML reads {err.instance} as text: write {fixed}"
+        return f"{key}: {err.instance!r} has the wrong type (allowed: {val}{hint})"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[v]
         return f"{key}: {err.instance!r} is out of range (allowed: {word} {val})"
@@ -91,9 +107,40 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise ConfigError(_message(errors[0]))
+    for name in cfg["checkpoints"]:
+        _check_overrides(cfg, name, validator)
     _cross_checks(cfg)
     cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
     return cfg
+
+
+def _check_overrides(cfg: dict, name: str, validator) -> None:
+    """A variant's drafter/train overrides must be valid keys and values of those sections."""
+    entry = cfg["checkpoints"][name]
+    for section in ("drafter", "train"):
+        over = entry.get(section)
+        if not over:
+            continue
+        merged = copy.deepcopy(cfg)
+        merged[section] = {**cfg[section], **over}
+        errors = sorted(validator.iter_errors(merged), key=lambda e: list(map(str, e.absolute_path)))
+        if errors:
+            raise ConfigError(f"checkpoints.{name}.{_message(errors[0])}")
+        try:
+            _cross_checks(merged)
+        except ConfigError as err:
+            raise ConfigError(f"checkpoints.{name}.{err}") from None
+
+
+def is_local_source(src: str) -> bool:
+    """A verifier source is a local directory unless it reads as a hub id (``org/name``).
+
+    A path that exists, starts with ``/ . ~``, has any number of slashes but one, or begins with
+    one of the workflow's own directories (``results/...``) is local, so a missing one is refused
+    at once instead of being looked up on the hub."""
+    if Path(src).expanduser().exists() or src.startswith(("/", ".", "~")) or not HUB_ID.fullmatch(src):
+        return True
+    return src.split("/")[0] in RUN_DIRS
 
 
 def _verifier_facts(cfg: dict) -> dict | None:
@@ -109,11 +156,11 @@ def _verifier_facts(cfg: dict) -> dict | None:
                 "mask_id": e["vocab_size"] - 1, "head_dim": e["head_dim"]}
     src = v["source"]
     path = Path(src).expanduser()
-    looks_local = src.startswith(("/", "./", "../", "~")) or src.count("/") != 1
     if not path.exists():
-        if looks_local:
-            raise ConfigError(f"verifier.source: {src!r} does not exist (allowed: 'embedded', a hub id "
-                              "like 'Qwen/Qwen3-0.6B', or an existing local directory)")
+        if is_local_source(src):
+            raise ConfigError(f"verifier.source: {src!r} does not exist (allowed: 'embedded', a hub id like "
+                              "'Qwen/Qwen3-0.6B', or an existing local directory; relative paths are read from "
+                              f"the run directory, here {Path.cwd()})")
         return None  # a hub id: checked when it is loaded
     cfile = path / "config.json"
     if not cfile.exists():
@@ -208,15 +255,48 @@ def config_sha256(cfg: dict) -> str:
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
 
 
-def main(argv=None) -> None:
-    """``python -m domino.config FILE``: validate a config file and print the result."""
-    import sys
+def merge(base: dict, overlay: dict) -> dict:
+    """``overlay`` merged into ``base`` key by key, as Snakemake merges ``--configfile`` files."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
-    args = argv if argv is not None else sys.argv[1:]
+
+def load_config(files: list[str | Path]) -> dict:
+    """Read and merge config files in order (later ones override), then validate."""
+    merged: dict = {}
+    for f in files:
+        try:
+            data = yaml.safe_load(Path(f).read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"{f}: cannot be read ({err.strerror})") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{f}: not valid YAML ({' '.join(str(err).split())})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{f}: {type(data).__name__} at the top level (allowed: a mapping of config keys)")
+        merged = merge(merged, data)
+    return validate_config(merged)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m domino.config",
+        description="Merge a config file and its overlays as Snakemake does (later files override "
+                    "earlier ones, key by key), validate the result and print it with defaults filled in.")
+    p.add_argument("file", help="the base config, e.g. config.yaml")
+    p.add_argument("overlays", nargs="*", help="overlays merged after it, e.g. config/card.yaml")
+    a = p.parse_args(argv)
     try:
-        cfg = validate_config(yaml.safe_load(Path(args[0]).read_text()) or {})
+        cfg = load_config([a.file, *a.overlays])
     except ConfigError as err:
-        raise SystemExit(f"config error: {err}") from None
+        hint = ""
+        if not a.overlays and "required key is missing" in str(err) and str(err).split(":")[0] in SECTIONS:
+            hint = f" ({a.file} may be an overlay: give the base first, python -m domino.config config.yaml {a.file})"
+        raise SystemExit(f"config error: {err}{hint}") from None
     print(json.dumps(cfg, indent=2, sort_keys=True))
 
 

@@ -19,12 +19,16 @@ Corpora:
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import random
 import re
+import sys
 import sysconfig
 import textwrap
 from pathlib import Path
+
+from . import io
 
 ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
             "bard": "assistant", "bing": "assistant", "assistant": "assistant", "system": "system"}
@@ -284,16 +288,31 @@ def prepare_records(tokenizer, records, seq_len: int, val_fraction: float, seed:
 
 def write_jsonl(path, rows) -> None:
     """Prepared conversations, one compact JSON object per line."""
-    from .io import write_jsonl as _write
-
-    _write(path, rows, separators=(",", ":"))
+    io.write_jsonl(path, rows, separators=(",", ":"))
 
 
 def read_jsonl(path) -> list[dict]:
     """Prepared conversations (``input_ids``, ``loss_mask``); a bad file raises DataError naming it."""
-    from .io import read_jsonl as _read
+    return io.read_jsonl(path, ("input_ids", "loss_mask"), "conversations file", DataError, DataError)
 
-    return _read(path, ("input_ids", "loss_mask"), "conversations file", DataError, DataError)
+
+def write_prepared(split: tuple[list[dict], list[dict]], train_path, val_path, summary_path, *, corpus: str,
+                   samples: int, seq_len: int) -> dict:
+    """Write the train and val conversations and their summary; return the summary.
+
+    ``data_sha256`` hashes both files: the python-stdlib corpus is this interpreter's standard
+    library, so two Pythons prepare different data, and the hash tells their runs apart.
+    """
+    train, val = split
+    write_jsonl(train_path, train)
+    write_jsonl(val_path, val)
+    digest = hashlib.sha256((io.sha256_file(train_path) + io.sha256_file(val_path)).encode()).hexdigest()
+    summary = {"corpus": corpus, "samples": samples, "train": len(train), "val": len(val),
+               "tokens": sum(len(r["input_ids"]) for r in train + val),
+               "assistant_tokens": sum(sum(r["loss_mask"]) for r in train + val), "seq_len": seq_len,
+               "data_sha256": digest, "python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"]}
+    io.write_json(summary_path, summary)
+    return summary
 
 
 # -----------------------------------------------------------------------------

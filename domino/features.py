@@ -42,8 +42,8 @@ def estimate_bytes(n_tokens: int, n_aux: int, hidden: int, dtype: str) -> int:
 
 @torch.inference_mode()
 def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_ids: torch.Tensor,
-            out_dir: str | Path, batch_size: int, shard_samples: int, dtype: str, log=print, backend=None) -> dict:
-    """Run the verifier over ``rows`` and write the shards and ``index.json`` under ``out_dir``.
+            index_path: str | Path, batch_size: int, shard_samples: int, dtype: str, log=print, backend=None) -> dict:
+    """Run the verifier over ``rows``; write the index to ``index_path`` and the shards beside it.
 
     ``backend`` computes one shard's tensors: None runs ``verifier`` through transformers here;
     ``domino.vllm_backend.VllmExtractor`` runs the same weights through vLLM. Its ``name`` is
@@ -51,7 +51,7 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     """
     from tqdm import tqdm
 
-    out_dir = Path(out_dir)
+    out_dir = Path(index_path).parent
     out_dir.mkdir(parents=True, exist_ok=True)
     H, L = verifier.config.hidden_size, verifier.config.num_hidden_layers
     for i in aux_layer_ids:
@@ -101,7 +101,7 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     index = {"shards": shards, "aux_layer_ids": list(aux_layer_ids), "hidden_size": H, "dtype": dtype,
              "samples": len(rows), "tokens": n_tokens, "draft_vocab_size": int(len(draft_target_ids)),
              "backend": backend_name}
-    write_json(out_dir / "index.json", index)
+    write_json(index_path, index)
     return index
 
 

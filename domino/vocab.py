@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
+
+from .io import atomic_path, write_json
 
 
 def count_tokens(input_ids, loss_masks, target_vocab_size: int) -> torch.Tensor:
@@ -54,16 +57,27 @@ def target_ids(d2t: torch.Tensor) -> torch.Tensor:
 
 
 def save_vocab(path: str | Path, d2t: torch.Tensor, t2d: torch.Tensor, counts: torch.Tensor) -> None:
-    from safetensors.torch import save_file
-
-    from .io import atomic_path
-
     with atomic_path(path) as tmp:
         save_file({"d2t": d2t.contiguous(), "t2d": t2d.contiguous(), "counts": counts.contiguous()}, str(tmp))
 
 
 def load_vocab(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
-    from safetensors.torch import load_file
-
     t = load_file(str(path))
     return t["d2t"], t["t2d"]
+
+
+def build_draft_vocab(rows: list[dict], target_vocab_size: int, draft_vocab_size: int, always, vocab_path,
+                      summary_path) -> dict:
+    """Count the assistant tokens of ``rows``, keep the most frequent, write the vocab and its summary."""
+    if draft_vocab_size > target_vocab_size:
+        raise ValueError(f"drafter.draft_vocab_size {draft_vocab_size} exceeds the verifier's vocabulary "
+                         f"of {target_vocab_size}")
+    counts = count_tokens([r["input_ids"] for r in rows], [r["loss_mask"] for r in rows], target_vocab_size)
+    ids = select_draft_vocab(counts, draft_vocab_size, always=always)
+    d2t, t2d = mappings(ids, target_vocab_size)
+    save_vocab(vocab_path, d2t, t2d, counts)
+    summary = {"draft_vocab_size": draft_vocab_size, "target_vocab_size": target_vocab_size,
+               "assistant_token_coverage": float(counts[ids].sum() / counts.sum().clamp(min=1)),
+               "seen_tokens": int((counts > 0).sum())}
+    write_json(summary_path, summary)
+    return summary

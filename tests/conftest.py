@@ -1,7 +1,20 @@
 import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+from domino.train import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+# what a dry run of the embedded default plans: one job per stage, two extractions (train, val),
+# and train, validate and benchmark once per checkpoint of config.yaml (three)
+DEFAULT_JOBS = {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
+                "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "report": 1}
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -57,3 +70,82 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+def stage_cli_config(stage: str, overrides: dict | None = None, **wildcards) -> str:
+    """The ``--config`` JSON a rule would pass to ``python -m domino <stage>``: the embedded
+    default (config.yaml) with ``overrides`` merged in, projected to the stage's declared keys."""
+    from pathlib import Path
+
+    import yaml
+
+    from domino.config import merge, validate_config
+    from domino.stages import stage_config
+
+    base = yaml.safe_load((Path(__file__).resolve().parent.parent / "config.yaml").read_text())
+    return stage_config(stage, validate_config(merge(base, overrides or {})), wildcards)
+
+
+# -----------------------------------------------------------------------------
+# the workflow through the real Snakemake CLI, in a copy of the checkout
+
+
+def copy_repo(dst: Path) -> Path:
+    for name in ("Snakefile", "config.yaml", "workflow", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
+    shutil.copy(ROOT / "tests" / "micro.yaml", dst / "micro.yaml")
+    return dst
+
+
+def run_snakemake(cwd, *args, check=True, env=None):
+    """``snakemake --cores 1 ARGS`` in ``cwd``; ``env`` adds environment variables."""
+    # the rules call `python`: make it this interpreter even when its environment is not activated
+    env = dict(os.environ, PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", **(env or {}),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    exe = str(Path(sys.executable).with_name("snakemake"))
+    out = subprocess.run([exe, "--cores", "1", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                         timeout=1500)
+    if check and out.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
+    return out
+
+
+def planned_jobs(out) -> dict:
+    """Job counts from a dry run's 'Job stats' table."""
+    text = out.stdout + out.stderr
+    m = re.search(r"Job stats:\n(.*?)\n\n", text + "\n\n", re.S)
+    jobs = {}
+    if m:
+        for line in m.group(1).splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+                jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+# -----------------------------------------------------------------------------
+# training on synthetic features
+
+
+def synthetic_features(n_docs=12, seed=0, vocab=96, draft_vocab=64, aux_dim=3 * 64):
+    """What ``load_features`` returns, for the tiny verifier (hidden 64, aux ids [1, 2, 4])."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(18, 40, (n_docs,), generator=g)
+    n = int(lengths.sum())
+    mask = torch.zeros(n, dtype=torch.bool)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    for s, e in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+        mask[s + (e - s) // 3:e] = True  # a user prompt, then the assistant turn
+    return {
+        "input_ids": torch.randint(0, vocab - 1, (n,), generator=g),
+        "loss_mask": mask,
+        "aux": torch.randn(n, aux_dim, generator=g),
+        "target": torch.randint(0, draft_vocab, (n,), generator=g),
+        "offsets": offsets,
+        "index": {"shards": [], "samples": n_docs, "tokens": n},
+    }
+
+
+RELIABILITY_CFG = TrainConfig(epochs=2, lr=3e-3, warmup_steps=2, anchors_per_row=4, pack_len=64, rows_per_step=1,
+                              noise_std=0.05, checkpoint_every=3, seed=0, weighting="shifted")

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from test_workflow import DEFAULT_JOBS, _copy_repo, _planned_jobs, _snakemake
+from conftest import DEFAULT_JOBS, copy_repo, planned_jobs, run_snakemake
 
 ROOT = Path(__file__).resolve().parent.parent
 CARD_VOCAB = 151_936        # Qwen3-0.6B embedding rows
@@ -124,7 +124,7 @@ def card_run(tmp_path_factory):
         d2t, t2d = vocab.mappings(draft_ids, CARD_VOCAB)
         r["draft_ids"], r["d2t"], r["t2d"] = draft_ids, d2t, t2d
 
-        index = features.extract(verifier, train_rows, AUX_IDS, draft_ids, tmp / "features", batch_size=4,
+        index = features.extract(verifier, train_rows, AUX_IDS, draft_ids, tmp / "features" / "index.json", batch_size=4,
                                  shard_samples=5, dtype="bfloat16", log=lambda *_: None)
         r["index"] = index
         feats = features.load_features(tmp / "features" / "index.json")
@@ -321,16 +321,16 @@ def test_profiles_parse():
 
 
 def _dry_run(cwd, *args):
-    return _planned_jobs(_snakemake(cwd, "-n", "--profile", "workflow/profiles/default", *args))
+    return planned_jobs(run_snakemake(cwd, "-n", "--profile", "workflow/profiles/default", *args))
 
 
 def test_default_profile_dry_run(tmp_path):
-    repo = _copy_repo(tmp_path)
+    repo = copy_repo(tmp_path)
     jobs = _dry_run(repo, "reports/model_card.md")
     assert jobs == DEFAULT_JOBS, jobs
     # the card config: the verifier comes from the hub, so no tokenizer/verifier jobs; plus the exports
     jobs = _dry_run(repo, "--configfile", "config/card.yaml", "--", "reports/model_card.md",
-                    *[f"results/export/{c}/config.json" for c in ("dflash-shift", "dflash-noshift", "domino")])
+                    *[f"results/export/{c}" for c in ("dflash-shift", "dflash-noshift", "domino")])
     assert jobs == {"prepare_data": 1, "draft_vocab": 1, "extract_hidden_states": 2, "train": 3, "validate": 3,
                     "benchmark_baseline": 1, "benchmark": 3, "report": 1, "export": 3}, jobs
 

@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 
 from domino.model import Drafter
 from domino.train import train
-from test_reliability import CFG, synthetic_features
+from conftest import RELIABILITY_CFG as CFG, synthetic_features
 
 DDP_CFG = replace(CFG, rows_per_step=2, epochs=2)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import tiny_drafter, tiny_verifier
+from conftest import stage_cli_config, tiny_drafter, tiny_verifier
 from domino.decode import NeuralDraft
 from domino.verifier import aux_states
 from domino.export import (ExportError, export_speculators, from_speculators_name, load_speculators,
@@ -188,12 +188,10 @@ def test_cli_stage(verifier, tmp_path):
 
     drafter = tiny_drafter(verifier, projector="domino")
     drafter.save(tmp_path / "ckpt")
-    params = json.dumps({"seed": 0, "threads": 1, "device": "cpu", "verifier": {"name": "Qwen/Qwen3-0.6B",
-                                                                               "dtype": "float32"}})
+    params = stage_cli_config("export", {"threads": 1, "verifier": {"name": "Qwen/Qwen3-0.6B", "dtype": "float32"}})
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
-        main(["export", "--params", params, "--checkpoint-dir", str(tmp_path / "ckpt"),
-              "--out-dir", str(tmp_path / "x")])
+        main(["export", "--config", params, "--checkpoint-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x")])
     finally:  # the CLI's setup is global: give the rest of the session its settings back
         torch.use_deterministic_algorithms(det, warn_only=warn)
     c = json.loads((tmp_path / "x" / "config.json").read_text())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_drafter, tiny_verifier
+from conftest import RELIABILITY_CFG as CFG, stage_cli_config, synthetic_features, tiny_drafter, tiny_verifier
 from domino.features import ShardError, extract, load_features
 from domino.io import atomic_path, write_json
 from domino.model import Drafter
@@ -26,29 +26,6 @@ OUTPUTS = ("checkpoint/model.safetensors", "checkpoint/drafter_config.json", "me
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def synthetic_features(n_docs=12, seed=0, vocab=96, draft_vocab=64, aux_dim=3 * 64):
-    """What ``load_features`` returns, for the tiny verifier (hidden 64, aux ids [1, 2, 4])."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(18, 40, (n_docs,), generator=g)
-    n = int(lengths.sum())
-    mask = torch.zeros(n, dtype=torch.bool)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
-    for s, e in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
-        mask[s + (e - s) // 3:e] = True  # a user prompt, then the assistant turn
-    return {
-        "input_ids": torch.randint(0, vocab - 1, (n,), generator=g),
-        "loss_mask": mask,
-        "aux": torch.randn(n, aux_dim, generator=g),
-        "target": torch.randint(0, draft_vocab, (n,), generator=g),
-        "offsets": offsets,
-        "index": {"shards": [], "samples": n_docs, "tokens": n},
-    }
-
-
-CFG = TrainConfig(epochs=2, lr=3e-3, warmup_steps=2, anchors_per_row=4, pack_len=64, rows_per_step=1,
-                  noise_std=0.05, checkpoint_every=3, seed=0, weighting="shifted")
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +224,7 @@ def extraction(tmp_path_factory):
 
 
 def _extract(ex, out, log, rows=None, aux=(1, 2, 4)):
-    return extract(ex["verifier"], rows or ex["rows"], list(aux), ex["draft_ids"], out, batch_size=2,
+    return extract(ex["verifier"], rows or ex["rows"], list(aux), ex["draft_ids"], Path(out) / "index.json", batch_size=2,
                    shard_samples=3, dtype="float32", log=log)
 
 
@@ -381,12 +358,13 @@ def test_training_stopped_early_leaves_no_declared_output(setup, tmp_path):
     assert (out / "state" / "state.pt").exists()
 
 
-def test_corrupted_shard_stops_the_stage_with_its_name(setup, extraction, tmp_path):
+def test_corrupted_shard_stops_the_stage_with_its_name(setup, extraction, tmp_path, capsys):
     """Through ``python -m domino`` (in process): one line naming the shard, no results file."""
     from domino.__main__ import main
 
     out = tmp_path / "feat"
     _extract(extraction, out, log=lambda m: None)
+    capsys.readouterr()  # the extraction's progress bar
     shard = out / "shard-00001.safetensors"
     data = bytearray(shard.read_bytes())
     data[-5] ^= 0x01
@@ -395,12 +373,13 @@ def test_corrupted_shard_stops_the_stage_with_its_name(setup, extraction, tmp_pa
     det = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
         with pytest.raises(SystemExit) as info:
-            main(["validate", "--params", json.dumps({"seed": 0, "threads": 1, "train": {}, "checkpoints": {}}),
+            main(["validate", "--config", stage_cli_config("validate", {"threads": 1}, checkpoint="domino"),
                   "--checkpoint", "domino", "--checkpoint-dir", str(setup["ref_dir"] / "checkpoint"),
                   "--features", str(out / "index.json"), "--out", str(result)])
     finally:  # main() switches these on for the whole process
         torch.use_deterministic_algorithms(det[0], warn_only=det[1])
-    msg = str(info.value)
-    assert "ShardError" in msg and "shard-00001.safetensors" in msg and "corrupted" in msg, msg
-    assert "\n" not in msg
+    assert info.value.code == 1
+    msg = capsys.readouterr().err.strip().splitlines()[-1]  # the stage's last word, one line
+    assert msg.startswith("domino validate: ShardError: "), msg
+    assert "shard-00001.safetensors" in msg and "corrupted" in msg, msg
     assert not result.exists()

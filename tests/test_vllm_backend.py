@@ -13,6 +13,8 @@ compared with transformers', and the noshift DFlash export served by vLLM agains
 import pytest
 import torch
 
+from conftest import copy_repo, run_snakemake, stage_cli_config
+
 vllm = pytest.importorskip("vllm")
 
 
@@ -63,11 +65,9 @@ vllm: {python: %s, benchmark: true, memory_fraction: 0.15}
 def vllm_micro_run(tmp_path_factory):
     import sys
 
-    from test_workflow import _copy_repo, _snakemake
-
-    repo = _copy_repo(tmp_path_factory.mktemp("vllm-micro"))
+    repo = copy_repo(tmp_path_factory.mktemp("vllm-micro"))
     (repo / "vllm.yaml").write_text(VLLM_OVERLAY % sys.executable)
-    _snakemake(repo, "--configfile", "micro.yaml", "vllm.yaml", "--", "reports/model_card.md")
+    run_snakemake(repo, "--configfile", "micro.yaml", "vllm.yaml", "--", "reports/model_card.md")
     return repo
 
 
@@ -82,13 +82,13 @@ def test_extraction_through_vllm_matches_transformers(vllm_micro_run, tmp_path):
     repo = vllm_micro_run
     index = json.loads((repo / "results/extract_hidden_states/val/index.json").read_text())
     assert index["backend"] == "vllm"
-    params = {"seed": 0, "threads": 1, "device": "cpu", "verifier": {"dtype": "float32"},
-              "drafter": {"aux_layer_ids": index["aux_layer_ids"]},
-              "features": {"batch_size": 16, "shard_samples": 100, "dtype": index["dtype"], "backend": "transformers"}}
-    subprocess.run([sys.executable, "-m", "domino", "extract", "--params", json.dumps(params),
+    params = stage_cli_config("extract_hidden_states", {
+        "threads": 1, "verifier": {"dtype": "float32"}, "drafter": {"aux_layer_ids": index["aux_layer_ids"]},
+        "features": {"batch_size": 16, "shard_samples": 100, "dtype": index["dtype"], "backend": "transformers"}})
+    subprocess.run([sys.executable, "-m", "domino", "extract_hidden_states", "--config", params,
                     "--verifier", str(repo / "results/verifier/model"),
                     "--vocab", str(repo / "results/draft_vocab/vocab.safetensors"),
-                    "--data", str(repo / "results/prepare_data/val.jsonl"), "--out-dir", str(tmp_path / "hf")],
+                    "--data", str(repo / "results/prepare_data/val.jsonl"), "--index", str(tmp_path / "hf" / "index.json")],
                    check=True, capture_output=True)
     ours = load_features(tmp_path / "hf" / "index.json")
     theirs = load_features(repo / "results/extract_hidden_states/val/index.json")

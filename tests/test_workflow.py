@@ -1,6 +1,7 @@
 """The Snakemake DAG: a dry run of the default, one real micro run, and what reruns after an edit."""
 
 import json
+from collections import Counter
 import os
 import re
 import shutil
@@ -10,50 +11,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import DEFAULT_JOBS, copy_repo, planned_jobs, run_snakemake
+
 CHECKPOINTS = ["dflash-shift", "dflash-noshift", "domino"]
-# what a dry run of the embedded default plans
-DEFAULT_JOBS = {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
-                "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "report": 1}
-
-
-def _copy_repo(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml", "workflow", "config"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
-    shutil.copy(ROOT / "tests" / "micro.yaml", dst / "micro.yaml")
-    return dst
-
-
-def _snakemake(cwd, *args, check=True):
-    # the rules call `python`: make it this interpreter even when its environment is not activated
-    env = dict(os.environ, PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1",
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    exe = str(Path(sys.executable).with_name("snakemake"))
-    out = subprocess.run([exe, "--cores", "1", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                         timeout=1500)
-    if check and out.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
-    return out
-
-
-def _planned_jobs(out) -> dict:
-    """Job counts from a dry run's 'Job stats' table."""
-    text = out.stdout + out.stderr
-    m = re.search(r"Job stats:\n(.*?)\n\n", text + "\n\n", re.S)
-    jobs = {}
-    if m:
-        for line in m.group(1).splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
-                jobs[parts[0]] = int(parts[1])
-    return jobs
 
 
 def test_dry_run_of_the_default(tmp_path):
-    repo = _copy_repo(tmp_path)
-    out = _snakemake(repo, "-n", "reports/model_card.md")
-    jobs = _planned_jobs(out)
+    repo = copy_repo(tmp_path)
+    out = run_snakemake(repo, "-n", "reports/model_card.md")
+    jobs = planned_jobs(out)
     assert jobs == DEFAULT_JOBS, jobs
 
 
@@ -61,17 +27,17 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
     """vllm.benchmark adds the vLLM runs (plain + the noshift DFlash export: vLLM reads a shifted
     export one slot off, and has no Domino head) and the extraction runs under the vLLM
     interpreter; nothing else changes."""
-    repo = _copy_repo(tmp_path)
+    repo = copy_repo(tmp_path)
     fake = tmp_path / "vllm-env-python"
     (repo / "vllm.yaml").write_text(
         "verifier: {embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64}}\n"
         f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n")
-    out = _snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
-    jobs = _planned_jobs(out)
+    out = run_snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
+    jobs = planned_jobs(out)
     assert jobs == {**DEFAULT_JOBS, "export": 1, "vllm_benchmark_baseline": 1, "vllm_benchmark": 1}, jobs
     text = out.stdout + out.stderr
-    assert text.count(f"{fake} -m domino extract") == 2
-    assert text.count(f"{fake} -m domino vllm-benchmark") == 2
+    assert text.count(f"{fake} -m domino extract_hidden_states") == 2
+    assert text.count(f"{fake} -m domino vllm_benchmark") == 2
     assert "results/vllm_benchmark/dflash-noshift.json" in text
     assert "results/vllm_benchmark/domino.json" not in text
     assert "results/vllm_benchmark/dflash-shift.json" not in text
@@ -79,8 +45,10 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
 
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
-    repo = _copy_repo(tmp_path_factory.mktemp("micro"))
-    _snakemake(repo, "--configfile", "micro.yaml", "--", "reports/model_card.md")
+    """The whole workflow on the micro config; every stage records the config keys it read."""
+    repo = copy_repo(tmp_path_factory.mktemp("micro"))
+    run_snakemake(repo, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
+                  env={"DOMINO_CONFIG_READS": str(repo / "config-reads.jsonl")})
     return repo
 
 
@@ -108,24 +76,53 @@ def test_micro_run_outputs(micro_run):
         lines = (r / "train" / ck / "metrics.jsonl").read_text().splitlines()
         assert {"loss", "base_loss", "final_loss", "lambda", "lr"} <= set(json.loads(lines[0]))
     card = (micro_run / "reports" / "model_card.md").read_text()
-    assert "## Model Description" in card or "Model Description" in card
+    assert card.startswith("---\n") and "\n## Model Description\n" in card and "\n## Inference Benchmark\n" in card
+    for ck in CHECKPOINTS:  # the card prints each checkpoint's measured acceptance length
+        al = json.loads((r / "benchmark" / f"{ck}.json").read_text())["summary"]["acceptance_length"]
+        assert f"{al:.3f}" in card, (ck, al)
     assert (micro_run / "reports" / "reproduction.md").exists()
-    # every rule logged
-    assert len(list((micro_run / "logs").rglob("*.log"))) == 17
+    # every job wrote its own non-empty log: one per job of the plan (17 on the default's DAG)
+    logs = sorted((micro_run / "logs").rglob("*.log"))
+    assert len(logs) == sum(DEFAULT_JOBS.values()) and all(p.stat().st_size > 0 for p in logs)
     # the same budget for the three checkpoints
     steps = {json.loads((r / "train" / ck / "summary.json").read_text())["steps"] for ck in CHECKPOINTS}
     assert len(steps) == 1
 
 
+def test_every_stage_reads_exactly_the_keys_it_declares(micro_run):
+    """A stage that read an undeclared key would have failed the run (``UndeclaredKey``); here, the
+    other way round: every declared key is read by some job of its stage, so no declaration makes
+    a stage rerun for a key it never uses."""
+    from domino.stages import STAGES, unread
+
+    records = [json.loads(line) for line in (micro_run / "config-reads.jsonl").read_text().splitlines()]
+    by_stage = {}
+    for rec in records:
+        by_stage.setdefault(rec["stage"], []).append(rec)
+    assert set(by_stage) == set(DEFAULT_JOBS), sorted(by_stage)
+    for stage, recs in by_stage.items():
+        for rec in recs:  # each job received exactly its declaration
+            wildcard_free = [k for k in STAGES[stage].reads if "{" not in k]
+            assert set(wildcard_free) <= set(rec["declared"]) or rec["declared"] == ["*"], (stage, rec)
+        # a key is never read when every job that declared it left it unread (a wildcard key such
+        # as checkpoints.{checkpoint} is declared by one job each)
+        declared_by, unread_by = Counter(), Counter()
+        for rec in recs:
+            declared_by.update(rec["declared"])
+            unread_by.update(unread(rec["declared"], set(rec["read"])))
+        never = sorted(k for k, n in unread_by.items() if n == declared_by[k])
+        assert never == [], (stage, never)
+
+
 def _edit(repo, text):
     (repo / "edit.yaml").write_text(text)
-    return _planned_jobs(_snakemake(repo, "-n", "--configfile", "micro.yaml", "edit.yaml", "--",
-                                    "reports/model_card.md"))
+    return planned_jobs(run_snakemake(repo, "-n", "reports/model_card.md", "--configfile", "config.yaml",
+                                      "micro.yaml", "edit.yaml"))
 
 
 def test_editing_a_benchmark_value_reruns_only_benchmark_and_report(micro_run):
-    assert _planned_jobs(_snakemake(micro_run, "-n", "--configfile", "micro.yaml", "--",
-                                    "reports/model_card.md")) == {}
+    assert planned_jobs(run_snakemake(micro_run, "-n", "reports/model_card.md", "--configfile", "config.yaml",
+                                      "micro.yaml")) == {}
     jobs = _edit(micro_run, "benchmark:\n  max_new_tokens: 10\n")
     assert jobs == {"benchmark_baseline": 1, "benchmark": 3, "report": 1}, jobs
 
@@ -139,8 +136,8 @@ def test_two_runs_are_identical_timing_aside(micro_run, tmp_path):
     """A second micro run from a fresh copy gives the same results files and card tables."""
     from domino.compare import compare_runs
 
-    again = _copy_repo(tmp_path)
-    _snakemake(again, "--configfile", "micro.yaml", "--", "reports/model_card.md")
+    again = copy_repo(tmp_path)
+    run_snakemake(again, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml")
     assert compare_runs(micro_run, again) == []
     # the comparison is not vacuous: a changed weight file is caught
     w = again / "results" / "train" / "domino" / "checkpoint" / "model.safetensors"

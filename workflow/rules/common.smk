@@ -1,17 +1,20 @@
 import json
+import os
 import sys
+from pathlib import Path
 
-from domino.config import ConfigError, load_schema, validate_config, vllm_runs
+from domino.config import ConfigError, validate_config, vllm_runs
+from domino.stages import STAGES, stage_config
 
 # Validate before any job is scheduled: a bad value stops here, naming the key.
 try:
-    _validated = validate_config(config, load_schema(workflow.source_path("../schemas/config.schema.yaml")))
+    _validated = validate_config(config)
 except ConfigError as _err:
     sys.exit(f"config error: {_err}")
 config.clear()
 config.update(_validated)
 
-CHECKPOINTS = ["dflash-shift", "dflash-noshift", "domino"]
+CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config order
 RUNS = ["baseline"] + CHECKPOINTS
 EMBEDDED = config["verifier"]["source"] == "embedded"
 # where every later stage loads the verifier (and its tokenizer) from
@@ -20,21 +23,51 @@ VERIFIER_INPUT = ["results/verifier/model"] if EMBEDDED else []
 TOKENIZER = "results/verifier/tokenizer" if EMBEDDED else config["verifier"]["source"]
 TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else []
 
-
-def stage_params(*sections):
-    """The config sections a stage uses, as one JSON string: editing any of them reruns it."""
-    keep = {"seed": config["seed"], "threads": config["threads"]}
-    for s in sections:
-        keep[s] = config[s]
-    return json.dumps(keep, sort_keys=True)
-
-
 # vLLM pins its own transformers, so its stages run under another interpreter (vllm.python);
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
 VLLM = config["vllm"]
-VLLM_PYTHON = f"PYTHONPATH=$PWD${{PYTHONPATH:+:$PYTHONPATH}} {VLLM['python']}" if VLLM["python"] else None
+# A relative vllm.python (.venv-vllm/bin/python) is read from the checkout, whatever --directory says.
+_VLLM_EXE = VLLM["python"] and (VLLM["python"] if "/" not in VLLM["python"] or os.path.isabs(VLLM["python"])
+                                else os.path.join(workflow.basedir, VLLM["python"]))
+VLLM_PYTHON = f"PYTHONPATH={workflow.basedir}${{PYTHONPATH:+:$PYTHONPATH}} {_VLLM_EXE}" if VLLM["python"] else None
 VLLM_RUNS = vllm_runs(config)  # the plain verifier and the noshift DFlash checkpoints
+
+
+def stage_params(name):
+    """The job's declared config keys and values (domino/stages.py): editing one reruns the job."""
+    return lambda wc: stage_config(name, config, dict(wc.items()))
+
+
+_NAMESPACE = {"input": "input", "output": "output", "param": "params", "wildcard": "wildcards"}
+
+
+def domino(name, launcher="python -m domino"):
+    """The shell command of stage `name`: its config, each of its paths by name, its log."""
+    args = [f"--{arg.replace('_', '-')} {{{_NAMESPACE[role]}.{arg}:q}}" for arg, role in STAGES[name].paths.items()]
+    launcher = launcher.replace("{", "{{").replace("}", "}}")  # literal text in a shell: template
+    return " ".join([launcher, name, "--config {params.config:q}", *args, "--log {log:q}"])
+
+
+def parent(key, namespace="output"):
+    """A directory param: the folder of the rule's file `key` (a checkpoint is a folder of files)."""
+    return lambda wc, input, output: str(Path(getattr(output if namespace == "output" else input, key)).parent)
 
 
 def vllm_outputs(wc=None):
     return expand("results/vllm_benchmark/{run}.json", run=VLLM_RUNS) if VLLM["benchmark"] else []
+
+
+# One run directory holds one configuration: config.yaml plus the overlays given with
+# --configfile. Another set of overlays is refused before any job writes, so that a card-scale
+# run never overwrites the default's results: give it a directory of its own (--directory).
+RUN_OVERLAYS = sorted(os.path.relpath(f, workflow.basedir) for f in workflow.overwrite_configfiles
+                      if os.path.abspath(f) != os.path.join(workflow.basedir, "config.yaml"))
+RUN_MARKER = Path(".domino-run.json")  # the overlays of the run this directory holds
+
+
+onstart:
+    if RUN_MARKER.exists() and json.loads(RUN_MARKER.read_text()) != RUN_OVERLAYS:
+        sys.exit(f"config error: this directory holds a run with the overlays {json.loads(RUN_MARKER.read_text())}, "
+                 f"not {RUN_OVERLAYS}; give this run a directory of its own (snakemake --directory runs/NAME ...), "
+                 f"or delete results/ and {RUN_MARKER} to start over here")
+    RUN_MARKER.write_text(json.dumps(RUN_OVERLAYS))

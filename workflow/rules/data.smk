@@ -6,15 +6,14 @@ rule prepare_data:
         val="results/prepare_data/val.jsonl",
         summary="results/prepare_data/summary.json",
     params:
-        p=stage_params("data"),
+        config=stage_params("prepare_data"),
         tokenizer=TOKENIZER,
     log:
         "logs/prepare_data.log",
     benchmark:
         "benchmarks/prepare_data.tsv"
     shell:
-        "python -m domino prepare-data --params {params.p:q} --tokenizer {params.tokenizer:q}"
-        " --out-dir results/prepare_data > {log} 2>&1"
+        domino("prepare_data")
 
 
 rule draft_vocab:
@@ -25,11 +24,9 @@ rule draft_vocab:
         vocab="results/draft_vocab/vocab.safetensors",
         summary="results/draft_vocab/vocab.json",
     params:
-        p=lambda wc: json.dumps({"seed": config["seed"], "threads": config["threads"],
-                                 "drafter": {"draft_vocab_size": config["drafter"]["draft_vocab_size"]}}),
+        config=stage_params("draft_vocab"),
         verifier=VERIFIER,
     log:
         "logs/draft_vocab.log",
     shell:
-        "python -m domino draft-vocab --params {params.p:q} --verifier {params.verifier:q}"
-        " --train {input.train} --out {output.vocab} > {log} 2>&1"
+        domino("draft_vocab")

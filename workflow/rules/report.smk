@@ -9,9 +9,10 @@ rule report:
         card="reports/model_card.md",
         reproduction="reports/reproduction.md",
     params:
-        p=lambda wc: json.dumps(config, sort_keys=True),
+        config=stage_params("report"),
+        results="results",
+        stage_benchmarks="benchmarks",
     log:
         "logs/report.log",
     shell:
-        "python -m domino report --params {params.p:q} --results results --out-dir reports"
-        " --stage-benchmarks benchmarks > {log} 2>&1"
+        domino("report")

@@ -1,11 +1,4 @@
-def train_params(wc):
-    return json.dumps({"seed": config["seed"], "threads": config["threads"], "device": config["device"],
-                       "verifier": {"name": config["verifier"]["name"]}, "drafter": config["drafter"],
-                       "checkpoints": {wc.checkpoint: config["checkpoints"][wc.checkpoint]},
-                       "train": config["train"]}, sort_keys=True)
-
-
-def train_launcher(wc=None):
+def train_launcher():
     """One process, or torchrun data parallelism when train.nproc_per_node > 1."""
     n = config["train"]["nproc_per_node"]
     return "python -m domino" if n == 1 else f"torchrun --standalone --nproc_per_node {n} -m domino"
@@ -18,23 +11,22 @@ rule train:
         features="results/extract_hidden_states/train/index.json",
     output:
         weights="results/train/{checkpoint}/checkpoint/model.safetensors",
-        config="results/train/{checkpoint}/checkpoint/drafter_config.json",
+        drafter_config="results/train/{checkpoint}/checkpoint/drafter_config.json",
         metrics="results/train/{checkpoint}/metrics.jsonl",
         summary="results/train/{checkpoint}/summary.json",
     wildcard_constraints:
         checkpoint="|".join(CHECKPOINTS),
     params:
-        p=train_params,
+        config=stage_params("train"),
         verifier=VERIFIER,
-        launcher=train_launcher,
+        checkpoint_dir=parent("weights"),
+        state_dir="results/train/{checkpoint}/state",  # resumable state: kept when a job is interrupted
     log:
         "logs/train/{checkpoint}.log",
     benchmark:
         "benchmarks/train/{checkpoint}.tsv"
     shell:
-        "{params.launcher} train --params {params.p:q} --checkpoint {wildcards.checkpoint}"
-        " --verifier {params.verifier:q} --vocab {input.vocab} --features {input.features}"
-        " --out-dir results/train/{wildcards.checkpoint} > {log} 2>&1"
+        domino("train", train_launcher())
 
 
 rule validate:
@@ -42,16 +34,15 @@ rule validate:
         weights="results/train/{checkpoint}/checkpoint/model.safetensors",
         features="results/extract_hidden_states/val/index.json",
     output:
-        "results/validate/{checkpoint}.json",
+        out="results/validate/{checkpoint}.json",
     wildcard_constraints:
         checkpoint="|".join(CHECKPOINTS),
     params:
-        p=train_params,
+        config=stage_params("validate"),
+        checkpoint_dir=parent("weights", "input"),
     log:
         "logs/validate/{checkpoint}.log",
     benchmark:
         "benchmarks/validate/{checkpoint}.tsv"
     shell:
-        "python -m domino validate --params {params.p:q} --checkpoint {wildcards.checkpoint}"
-        " --checkpoint-dir results/train/{wildcards.checkpoint}/checkpoint --features {input.features}"
-        " --out {output} > {log} 2>&1"
+        domino("validate")

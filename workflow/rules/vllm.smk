@@ -4,29 +4,21 @@
 # very same token ids.
 
 
-def vllm_params(wc=None):
-    return json.dumps({"seed": config["seed"], "threads": config["threads"], "device": config["device"],
-                       "verifier": {"dtype": config["verifier"]["dtype"]}, "vllm": config["vllm"]},
-                      sort_keys=True)
-
-
 rule vllm_benchmark_baseline:
     input:
         VERIFIER_INPUT,
         ours="results/benchmark/baseline.json",
     output:
-        "results/vllm_benchmark/baseline.json",
+        out="results/vllm_benchmark/baseline.json",
     params:
-        p=vllm_params,
+        config=stage_params("vllm_benchmark_baseline"),
         verifier=VERIFIER,
-        python=VLLM_PYTHON,
     log:
         "logs/vllm_benchmark/baseline.log",
     benchmark:
         "benchmarks/vllm_benchmark/baseline.tsv"
     shell:
-        "{params.python} -m domino vllm-benchmark --params {params.p:q} --run baseline"
-        " --verifier {params.verifier:q} --ours {input.ours} --out {output} > {log} 2>&1"
+        domino("vllm_benchmark_baseline", f"{VLLM_PYTHON} -m domino")
 
 
 rule vllm_benchmark:
@@ -34,20 +26,17 @@ rule vllm_benchmark:
         VERIFIER_INPUT,
         ours="results/benchmark/{run}.json",
         baseline="results/vllm_benchmark/baseline.json",
-        export="results/export/{run}/config.json",
+        export="results/export/{run}",
     output:
-        "results/vllm_benchmark/{run}.json",
+        out="results/vllm_benchmark/{run}.json",
     wildcard_constraints:
         run="|".join(VLLM_RUNS[1:]) or "no-dflash-checkpoint",
     params:
-        p=vllm_params,
+        config=stage_params("vllm_benchmark"),
         verifier=VERIFIER,
-        python=VLLM_PYTHON,
     log:
         "logs/vllm_benchmark/{run}.log",
     benchmark:
         "benchmarks/vllm_benchmark/{run}.tsv"
     shell:
-        "{params.python} -m domino vllm-benchmark --params {params.p:q} --run {wildcards.run}"
-        " --verifier {params.verifier:q} --export-dir results/export/{wildcards.run} --baseline {input.baseline}"
-        " --ours {input.ours} --out {output} > {log} 2>&1"
+        domino("vllm_benchmark", f"{VLLM_PYTHON} -m domino")
