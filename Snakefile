@@ -7,6 +7,9 @@ import os
 # With `--directory DIR` every output (results/, reports/, logs/, benchmarks/) goes under DIR.
 configfile: os.path.join(workflow.basedir, "config.yaml")
 
+# `snakemake --report reports/report.html`: the card, the reproduction report and the plots
+report: "workflow/report/workflow.rst"
+
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"

@@ -1,8 +1,8 @@
 """Training-step memory and time at the card's shapes: ``python -m domino.bench_memory``.
 
-Builds the card's drafter (Qwen3-0.6B shapes: hidden 1024, 16 heads of 128, vocabulary
-151,936; 3 draft layers, block 8, aux layers [1, 13, 25], draft vocabulary 32,000, Domino head
-GRU 1024 / bottleneck 256) with random weights, and runs a few optimizer steps through
+Builds the card's drafter (``domino.shapes.CARD_DRAFTER`` over Qwen3-0.6B's shape: hidden 1024,
+16 heads of 128, vocabulary 151,936; 3 draft layers, block 8, aux layers [1, 13, 25], draft
+vocabulary 32,000, Domino head GRU 1024 / bottleneck 256) with random weights, and runs a few optimizer steps through
 ``domino.train.train`` (the train stage's own code) on random features of one packed row
 (``--pack-len`` tokens, ``--anchors`` anchors). Prints the trainable parameter count, the peak
 memory and the mean step time.
@@ -10,7 +10,8 @@ memory and the mean step time.
 Goal (the card trained on an 8 GB RTX 4060): peak GPU memory of the training step under 8 GiB
 with ``--attn sdpa``. On CUDA the peak is ``torch.cuda.max_memory_allocated``; on a CPU it is
 the process's peak resident memory (weights, features and Python included), a coarser figure.
-Random weights and features change nothing about memory or time.
+Random weights and features change nothing about memory or time. ``docs/memory.md`` works out
+what the step should need and records the figures measured so far.
 """
 
 from __future__ import annotations
@@ -20,12 +21,34 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 import torch
 
-# the card's drafter; the verifier's shape is domino.random_verifier.QWEN3_0_6B
-CARD = dict(num_layers=3, block_size=8, aux_layer_ids=[1, 13, 25], draft_vocab_size=32000, gru_hidden_size=1024,
-            bottleneck_size=256, mask_token_id=151669, correct_from=1)
+from .common import DTYPES
+from .model import Drafter
+from .shapes import card_drafter_config
+from .train import TrainConfig, train
+from .vocab import mappings
+
+
+@dataclass
+class StepMemory:
+    """What ``measure`` found: the run's settings, the drafter's sizes, the peak and the step time."""
+
+    device: str
+    attn: str
+    projector: str
+    autocast: str | None
+    pack_len: int
+    anchors: int
+    steps: int               # optimizer steps taken
+    trainable_params: int
+    param_bytes: int         # every parameter of the drafter, trainable or frozen
+    trainable_bytes: int     # the trainable ones (each also has a gradient and optimizer state)
+    peak_bytes: int
+    peak_kind: str           # "cuda max_memory_allocated" or "process peak RSS"
+    seconds_per_step: float
 
 
 def _features(T: int, n_aux: int, H: int, V: int, Vd: int, docs: int, seed: int) -> dict:
@@ -42,18 +65,9 @@ def _features(T: int, n_aux: int, H: int, V: int, Vd: int, docs: int, seed: int)
 
 
 def measure(device: str, attn: str, projector: str, autocast: str | None, pack_len: int, anchors: int,
-            steps: int, seed: int = 0) -> dict:
-    from transformers import Qwen3Config
-
-    from .model import Drafter, DrafterConfig
-    from .random_verifier import QWEN3_0_6B
-    from .train import TrainConfig, train
-    from .verifier import DTYPES
-    from .vocab import mappings
-
+            steps: int, seed: int = 0) -> StepMemory:
     torch.manual_seed(seed)
-    cfg = DrafterConfig.from_verifier(Qwen3Config(**QWEN3_0_6B), **CARD, projector=projector, shift_label=True,
-                                      attn_implementation=attn)
+    cfg = card_drafter_config(projector=projector, shift_label=True, attn_implementation=attn)
     drafter = Drafter(cfg)
     d2t, t2d = mappings(torch.arange(cfg.draft_vocab_size), cfg.target_vocab_size)
     drafter.d2t.copy_(d2t)
@@ -71,11 +85,13 @@ def measure(device: str, attn: str, projector: str, autocast: str | None, pack_l
         s = train(drafter, feats, tc, tmp, device, dtype, log=lambda m: None, max_steps=steps)
         seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    trainable = sum(p.numel() for p in drafter.parameters() if p.requires_grad)
-    return {"device": device, "attn": attn, "projector": projector, "autocast": autocast, "pack_len": pack_len,
-            "anchors": anchors, "steps": s["steps"], "trainable_params": trainable, "peak_bytes": peak,
-            "peak_kind": "cuda max_memory_allocated" if cuda else "process peak RSS",
-            "seconds_per_step": seconds / max(1, s["steps"])}
+    trainable = [p for p in drafter.parameters() if p.requires_grad]
+    return StepMemory(device=device, attn=attn, projector=projector, autocast=autocast, pack_len=pack_len,
+                      anchors=anchors, steps=s["steps"], trainable_params=sum(p.numel() for p in trainable),
+                      param_bytes=sum(p.numel() * p.element_size() for p in drafter.parameters()),
+                      trainable_bytes=sum(p.numel() * p.element_size() for p in trainable), peak_bytes=peak,
+                      peak_kind="cuda max_memory_allocated" if cuda else "process peak RSS",
+                      seconds_per_step=seconds / max(1, s["steps"]))
 
 
 def main(argv=None) -> None:
@@ -92,13 +108,13 @@ def main(argv=None) -> None:
     autocast = a.autocast or ("bfloat16" if a.device.startswith("cuda") else "none")
     r = measure(a.device, a.attn, a.projector, None if autocast == "none" else autocast, a.pack_len, a.anchors,
                 a.steps)
-    print(f"card-shape {r['projector']} drafter, {r['trainable_params'] / 1e6:.1f}M trainable parameters, "
-          f"attn {r['attn']}, autocast {autocast}, one row of {r['pack_len']} tokens x {r['anchors']} anchors "
-          f"on {r['device']}")
-    print(f"peak memory ({r['peak_kind']}): {r['peak_bytes'] / 2**30:.2f} GiB")
-    print(f"{r['seconds_per_step']:.2f} s per training step (mean of {r['steps']}, first step included)")
-    if r["device"].startswith("cuda"):
-        print(f"goal <= 8 GiB: {'met' if r['peak_bytes'] <= 8 * 2**30 else 'NOT met'}")
+    print(f"card-shape {r.projector} drafter, {r.trainable_params / 1e6:.1f}M trainable parameters, "
+          f"attn {r.attn}, autocast {autocast}, one row of {r.pack_len} tokens x {r.anchors} anchors "
+          f"on {r.device}")
+    print(f"peak memory ({r.peak_kind}): {r.peak_bytes / 2**30:.2f} GiB")
+    print(f"{r.seconds_per_step:.2f} s per training step (mean of {r.steps}, first step included)")
+    if r.device.startswith("cuda"):
+        print(f"goal <= 8 GiB: {'met' if r.peak_bytes <= 8 * 2**30 else 'NOT met'}")
     sys.stdout.flush()
 
 

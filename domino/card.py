@@ -1,62 +1,42 @@
-"""Model card, plots and reproduction report, rendered from the results files only.
+"""Model card and reproduction report, rendered from the results files only.
 
 Input contract: docs/results.md. Every number in the card comes from those files (or from the
-``card_info`` / ``provenance`` dicts the workflow passes); formatting lives in the Jinja
-filters below, so a missing value raises instead of rendering empty.
+``card_info`` / ``provenance`` dicts the report stage passes, ``report.py``); formatting lives in
+the Jinja filters below, so a missing value raises instead of rendering empty. The published
+card's figures live in ``published.py``, the scale statement in ``scale.py``, the plots in
+``plots.py``.
 """
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from huggingface_hub import EvalResult, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
-from domino import io
-from domino.io import atomic_path, read_json, write_text
+from . import io
+from .io import read_json, write_text
+from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
+from .published import CHECKPOINTS, LABELS
+from .published import FIGURES as SEED_CARD
+from .published import NAME as SEED_NAME
+from .published import SETTINGS as SEED_SETTINGS
+from .scale import ScaleStatement
 
-CHECKPOINTS = ("dflash-shift", "dflash-noshift", "domino")
-LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino",
-          "baseline": "Plain greedy (verifier only)"}
 COMPARE_TO = "dflash-noshift"  # the seed card's "vs DFlash noshift" column
 HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}
 TEMPLATES = Path(__file__).parent / "templates"
 
 CARD_INFO_KEYS = (
-    "model_name", "verifier", "dataset",
+    "model_name", "verifier", "base_model", "dataset",
     "samples", "seq_len", "epochs", "lr", "warmup_steps", "lr_schedule", "lambda0", "lambda_ratio",
     "gamma", "optimizer", "anchors_per_row", "training_hardware", "scale", "license", "datasets",
 )
-PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "stage_seconds")
-SCALES = ("embedded", "card")
-
-# Published figures of the seed card (Qwen3-0.6B-Domino-b8, RTX 4060, patched vLLM), copied from
-# its tables. Per-position rows are [pos_0, pos_1, pos_2, pos_3, pos_4+]; accuracies are fractions.
-SEED_CARD = {
-    "acceptance_length": {"dflash-shift": 1.070, "dflash-noshift": 1.079, "domino": 1.378},
-    "tps": {"dflash-shift": 47.3, "dflash-noshift": 45.1, "domino": 53.1},
-    "per_position": {
-        "dflash-shift": [0.065, 0.004, 0.001, 0.000, 0.0],
-        "dflash-noshift": [0.076, 0.003, 0.000, 0.0, 0.0],
-        "domino": [0.319, 0.049, 0.008, 0.002, 0.0],
-    },
-    "first_trained_accuracy": {"dflash-shift": None, "dflash-noshift": 0.215, "domino": 0.410},
-    "domino_conditional": [0.319, 0.152, 0.165, 0.234, 0.298, 0.412, 0.714, 0.800],
-    "validation": {
-        "base_acc": [0.410, 0.318, 0.278, 0.257, 0.243, 0.231, 0.224, 0.215],
-        "final_acc": [0.410, 0.318, 0.278, 0.257, 0.243, 0.231, 0.224, 0.215],
-        "overall": {"base_acc": 0.121, "final_acc": 0.272},
-    },
-}
-
-PLOTS = {
-    "acceptance": "acceptance_per_position.png",
-    "conditional": "conditional_acceptance.png",
-    "loss": "training_loss.png",
-    "lambda": "lambda_schedule.png",
-}
+PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "python", "stage_seconds")
 
 _VALIDATE_KEYS = ("projector", "shift_label", "first_trained_slot", "first_trained_accuracy", "per_slot", "overall", "anchors")
 _VLLM_KEYS = ("acceptance_length", "tps", "speedup", "prompts", "same_tokens_as_ours", "ours_acceptance_length",
@@ -83,6 +63,17 @@ def read_jsonl(path: str | Path, keys=(), what: str = "results file") -> list[di
     return io.read_jsonl(path, keys, what)
 
 
+def _paired_plain_seconds(bench: dict) -> float | None:
+    """Total plain-decoding seconds timed beside the speculative run on the same prompts, when the
+    benchmark records them (summary ``plain_seconds``, or ``plain_seconds`` on every prompt)."""
+    if isinstance(bench["summary"].get("plain_seconds"), (int, float)):
+        return float(bench["summary"]["plain_seconds"])
+    per_prompt = [r.get("plain_seconds") for r in bench.get("prompts") or []]
+    if per_prompt and all(isinstance(x, (int, float)) for x in per_prompt):
+        return float(sum(per_prompt))
+    return None
+
+
 def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=()) -> dict:
     """Read every results file the card needs (docs/results.md); raise naming any bad file.
 
@@ -106,8 +97,9 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=()) -> di
         p = root / "benchmark" / f"{run}.json"
         bench = _require(read_json(p), ("protocol", "summary"), p)
         _require(bench["summary"], _SUMMARY_KEYS, p)
-        # keep protocol and summary; the per-prompt token lists are not needed here
-        out["benchmark"][run] = {"protocol": bench["protocol"], "summary": bench["summary"], "path": str(p)}
+        # keep protocol and summary; of the per-prompt records only the paired plain time, if recorded
+        out["benchmark"][run] = {"protocol": bench["protocol"], "summary": bench["summary"], "path": str(p),
+                                 "paired_plain_seconds": _paired_plain_seconds(bench)}
     protocols = {run: b["protocol"] for run, b in out["benchmark"].items()}
     if any(p != protocols["baseline"] for p in protocols.values()):
         paths = ", ".join(b["path"] for b in out["benchmark"].values())
@@ -196,6 +188,44 @@ def _env() -> Environment:
 
 # ---------------------------------------------------------------- context
 
+@dataclass(frozen=True)
+class StepCost:
+    """Where a speculative step's time goes, against plain decoding's time per token.
+
+    A plain step yields one token, so ``speedup = tokens_per_step / cost_in_plain_steps`` exactly
+    (both sides come from the same totals); acceptance length can exceed tokens per step a little
+    where the token budget cut a step's accepted drafts short."""
+    tokens_per_step: float       # new tokens / speculative steps
+    cost_in_plain_steps: float   # (seconds / steps) / plain seconds per token
+    draft_share: float           # drafting seconds / total seconds
+    verify_share: float          # verification seconds / total seconds
+    other_share: float           # the rest: acceptance checks, cache bookkeeping
+    speedup: float               # tokens_per_step / cost_in_plain_steps
+    paired: bool                 # plain time measured beside this run on the same prompts
+
+
+def step_cost(summary: dict, plain_seconds_per_token: float, paired: bool = False) -> StepCost:
+    """``summary``: a speculative run's benchmark summary (``steps``, ``new_tokens``, ``seconds``,
+    ``draft_seconds``, ``verify_seconds``)."""
+    if summary["steps"] <= 0 or summary["seconds"] <= 0 or plain_seconds_per_token <= 0:
+        raise ValueError(f"step cost needs positive steps, seconds and plain time, got {summary['steps']}, "
+                         f"{summary['seconds']}, {plain_seconds_per_token}")
+    per_step = summary["seconds"] / summary["steps"]
+    draft, verify = summary["draft_seconds"] / summary["seconds"], summary["verify_seconds"] / summary["seconds"]
+    tokens = summary["new_tokens"] / summary["steps"]
+    cost = per_step / plain_seconds_per_token
+    return StepCost(tokens, cost, draft, verify, 1.0 - draft - verify, tokens / cost, paired)
+
+
+def _plain_seconds_per_token(res: dict, run: str) -> tuple[float, bool]:
+    """Paired plain time of the same prompts when recorded, else the plain-greedy job's."""
+    b = res["benchmark"][run]
+    if b["paired_plain_seconds"] is not None:
+        return b["paired_plain_seconds"] / b["summary"]["new_tokens"], True
+    base = res["benchmark"]["baseline"]["summary"]
+    return base["seconds"] / base["new_tokens"], False
+
+
 def _pos_columns(per_pos: list[float]) -> list[float | None]:
     """[pos_0, pos_1, pos_2, pos_3, pos_4+]; pos_4+ is the SUM over positions >= 4; None if not drafted."""
     head = [per_pos[i] if i < len(per_pos) else None for i in range(4)]
@@ -208,60 +238,74 @@ def _conditional(summary: dict) -> list[float | None]:
     return [c if i == 0 or per_pos[i - 1] > 0 else None for i, c in enumerate(cond)]
 
 
-def _context(res: dict, card_info: dict, provenance: dict) -> dict:
+def _first_trained(v: dict) -> dict | None:
+    if v["first_trained_slot"] is None:
+        return None
+    slot = next(p for p in v["per_slot"] if p["slot"] == v["first_trained_slot"])
+    return {"slot": slot["slot"], "target": slot["target"], "accuracy": v["first_trained_accuracy"]}
+
+
+def _checkpoint_row(res: dict, ckpt: str) -> dict:
+    s, v, ref = res["benchmark"][ckpt]["summary"], res["validate"][ckpt], res["benchmark"][COMPARE_TO]["summary"]
+    train = res["train_summary"][ckpt]
+    return {
+        "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
+        "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
+        "al": s["acceptance_length"], "tps": s["tps"], "speedup": s["speedup"],
+        "matches_baseline": s["matches_baseline"], "drafts": s["drafts_per_step"],
+        "near_ties": len(s.get("near_tie_divergences") or []), "tie_tolerance": s.get("tie_tolerance"),
+        "is_ref": ckpt == COMPARE_TO,
+        "d_al": s["acceptance_length"] / ref["acceptance_length"] - 1,
+        "d_tps": s["tps"] / ref["tps"] - 1,
+        "pos": _pos_columns(s["per_position_acceptance"]),
+        "cond": _conditional(s),
+        "cond_steps": steps_behind_conditional(s),
+        "cost": step_cost(s, *_plain_seconds_per_token(res, ckpt)),
+        "steps": train["steps"], "epochs": train["epochs"], "train_seconds": train["seconds"],
+    }
+
+
+def _check_inputs(res: dict, card_info: dict, provenance: dict) -> None:
     missing = [k for k in CARD_INFO_KEYS if k not in card_info]
     if missing:
         raise ValueError(f"card_info lacks {', '.join(missing)}")
     missing = [k for k in PROVENANCE_KEYS if k not in provenance]
     if missing:
         raise ValueError(f"provenance lacks {', '.join(missing)}")
-    if card_info["scale"] not in SCALES:
-        raise ValueError(f"card_info scale must be one of {SCALES}, got {card_info['scale']!r}")
-    ckpts = list(res["validate"])
+    if not isinstance(card_info["scale"], ScaleStatement):
+        raise ValueError(f"card_info scale must be a scale.ScaleStatement, got {card_info['scale']!r}")
     for needed in ("domino", COMPARE_TO):
-        if needed not in ckpts:
-            raise ValueError(f"the card needs the {needed!r} checkpoint; got {ckpts}")
-    cfg = res["drafter_config"]["domino"]  # the verifier's shape, as the drafter was built for it
+        if needed not in res["validate"]:
+            raise ValueError(f"the card needs the {needed!r} checkpoint; got {list(res['validate'])}")
 
-    bench = {run: b["summary"] for run, b in res["benchmark"].items()}
-    ref = bench[COMPARE_TO]
-    rows = []
-    for ckpt in ckpts:
-        s, v = bench[ckpt], res["validate"][ckpt]
-        first = None
-        if v["first_trained_slot"] is not None:
-            slot = next(p for p in v["per_slot"] if p["slot"] == v["first_trained_slot"])
-            first = {"slot": slot["slot"], "target": slot["target"], "accuracy": v["first_trained_accuracy"]}
-        rows.append({
-            "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
-            "projector": v["projector"], "shift": v["shift_label"], "first": first,
-            "al": s["acceptance_length"], "tps": s["tps"], "speedup": s["speedup"],
-            "matches_baseline": s["matches_baseline"], "drafts": s["drafts_per_step"],
-            "near_ties": len(s.get("near_tie_divergences") or []), "tie_tolerance": s.get("tie_tolerance"),
-            "is_ref": ckpt == COMPARE_TO,
-            "d_al": s["acceptance_length"] / ref["acceptance_length"] - 1,
-            "d_tps": s["tps"] / ref["tps"] - 1,
-            "pos": _pos_columns(s["per_position_acceptance"]),
-            "cond": _conditional(s),
-            "steps": res["train_summary"][ckpt]["steps"],
-            "epochs": res["train_summary"][ckpt]["epochs"],
-            "train_seconds": res["train_summary"][ckpt]["seconds"],
-        })
+
+def _validation_column_note() -> dict:
+    """What the published per-position "Base acc" column is, computed from its own figures."""
+    v = SEED_CARD["validation"]
+    return {"equal_columns": v["base_acc"] == v["final_acc"], "positions": len(v["base_acc"]),
+            "column_mean": statistics.mean(v["base_acc"]), "overall": v["overall"]}
+
+
+def _context(res: dict, card_info: dict, provenance: dict) -> dict:
+    _check_inputs(res, card_info, provenance)
+    rows = [_checkpoint_row(res, ckpt) for ckpt in res["validate"]]
     by = {r["name"]: r for r in rows}
     dom, noshift = by["domino"], by[COMPARE_TO]
-    a1_ratio = dom["pos"][0] / noshift["pos"][0] if noshift["pos"][0] else None
     return {
-        "info": card_info, "prov": provenance, "cfg": cfg, "rows": rows, "domino": dom,
-        "noshift": noshift, "a1_ratio": a1_ratio,
-        "baseline": bench["baseline"], "baseline_label": LABELS["baseline"],
+        "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
+        "cfg": res["drafter_config"]["domino"],  # the verifier's shape, as the drafter was built for it
+        "a1_ratio": dom["pos"][0] / noshift["pos"][0] if noshift["pos"][0] else None,
+        "baseline": res["benchmark"]["baseline"]["summary"], "baseline_label": LABELS["baseline"],
         "protocol": res["benchmark"]["baseline"]["protocol"],
-        "val": res["validate"]["domino"], "plots": PLOTS,
+        "val": res["validate"]["domino"], "plots": PLOTS, "min_steps": MIN_STEPS,
         "any_missing_pos": any(p is None for r in rows for p in r["pos"]),
         "any_undefined_cond": any(c is None for c in dom["cond"]),
+        "any_few_steps": any(n < MIN_STEPS for n in dom["cond_steps"]),
         "total_seconds": sum(provenance["stage_seconds"].values()),
-        "scale_sentence": scale_sentence(card_info, cfg),
+        "scale": card_info["scale"], "scale_sentence": card_info["scale"].sentence(),
         "same_budget": len({(r["steps"], r["epochs"]) for r in rows}) == 1,
-        "vllm": _vllm_rows(res["vllm"]),
+        "vllm": _vllm_rows(res["vllm"]), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
+        "published": SEED_SETTINGS,
     }
 
 
@@ -269,25 +313,14 @@ def _vllm_rows(vllm: dict) -> dict | None:
     """The vLLM cross-check table: each served run beside the project's own loop."""
     if not vllm:
         return None
-    rows = [{"label": LABELS.get(run, run), **b["summary"]}
-            for run, b in vllm.items()]
+    rows = [{"label": LABELS.get(run, run), **b["summary"]} for run, b in vllm.items()]
     return {"backend": vllm["baseline"]["protocol"]["backend"], "rows": rows}
 
 
-def scale_sentence(info: dict, cfg: dict) -> str:
-    """One plain statement of what scale the run was made at (``cfg``: a drafter_config.json)."""
-    model = f"{cfg['target_num_layers']} layers, hidden size {cfg['hidden_size']}"
-    if info["scale"] == "embedded":
-        return (f"This is an embedded-scale run. The verifier is a small Qwen3-architecture model ({model}) "
-                f"that the workflow builds and pretrains itself; it is not Qwen3-0.6B, and the run is far "
-                f"smaller than the published card's. Its figures show that the pipeline works end to end; "
-                f"they are not comparable with the published card's numbers.")
-    return (f"This is a card-scale run: the verifier is `{info['verifier']}` ({model}) and data and training "
-            f"follow the published card's settings, so the figures can be set beside the published ones "
-            f"(TPS also depends on the hardware).")
-
+# ---------------------------------------------------------------- front matter
 
 def _front_matter(ctx: dict) -> str:
+    """YAML front matter: ``base_model`` only for a Hub verifier, ``datasets`` only when Hub data was read."""
     info, protocol = ctx["info"], ctx["protocol"]
     evals = [
         EvalResult(
@@ -300,16 +333,41 @@ def _front_matter(ctx: dict) -> str:
         for r in ctx["rows"]
     ]
     data = ModelCardData(
-        model_name=info["model_name"], language="en", license=info["license"], base_model=info["verifier"],
+        model_name=info["model_name"], language="en", license=info["license"], base_model=info["base_model"],
         pipeline_tag="text-generation", library_name="domino",
         tags=["speculative-decoding", "domino", "dflash", "qwen3", "draft-model"],
-        datasets=list(info["datasets"]), eval_results=evals,
+        datasets=list(info["datasets"]) or None, eval_results=evals,
     )
     return f"---\n{data.to_yaml()}\n---\n\n"
 
 
+def check_front_matter(card_text: str) -> ModelCardData:
+    """Validate a card's metadata offline with huggingface_hub: it parses (eval results included,
+    errors not ignored), ``base_model`` and every ``datasets`` entry are well-formed Hub ids, and
+    the license and model-index are present. Returns the parsed metadata; raises ValueError."""
+    try:
+        data = ModelCard(card_text, ignore_metadata_errors=False).data
+    except ValueError as err:
+        raise ValueError(f"card front matter does not parse as Hub metadata: {err}") from None
+    ids = [("base_model", data.base_model)] if data.base_model is not None else []
+    ids += [("datasets", d) for d in data.datasets or []]
+    for key, value in ids:
+        try:
+            validate_repo_id(value)
+        except HFValidationError as err:
+            raise ValueError(f"card front matter {key}: {value!r} is not a Hub id ({err})") from None
+    if not data.license or not data.eval_results:
+        raise ValueError("card front matter lacks a license or eval results")
+    return data
+
+
+# ---------------------------------------------------------------- reproduction report
+
 def _reproduction_rows(ctx: dict) -> dict:
-    """Published vs measured, grouped by table. Each row: label, published, measured, kind."""
+    """Published vs measured, grouped by table. Each row: label, published, measured, kind.
+
+    The published per-position "Base acc" column is its final branch's accuracy (see
+    ``_validation_column_note``), so each position is set beside this run's final accuracy."""
     rows = {r["name"]: r for r in ctx["rows"]}
     ck = [c for c in CHECKPOINTS if c in rows]
     aggregate = [(f"Accept len, {LABELS[c]}", SEED_CARD["acceptance_length"][c], rows[c]["al"], "f3") for c in ck]
@@ -325,118 +383,44 @@ def _reproduction_rows(ctx: dict) -> dict:
                    for i, p in enumerate(SEED_CARD["domino_conditional"])]
     val = {s["slot"]: s for s in ctx["val"]["per_slot"]}
     seed_val = SEED_CARD["validation"]
-    validation = []
-    for i in range(len(seed_val["base_acc"])):
-        for key, name in (("base_acc", "Base acc"), ("final_acc", "Final acc")):
-            validation.append((f"Position {i} {name}", seed_val[key][i], val[i][key] if i in val else None, "pct"))
-    for key, name in (("base_acc", "Base acc"), ("final_acc", "Final acc")):
-        validation.append((f"Overall {name}", seed_val["overall"][key], ctx["val"]["overall"][key], "pct"))
+    validation = [(f"Position {i} accuracy", published, val[i]["final_acc"] if i in val else None, "pct")
+                  for i, published in enumerate(seed_val["base_acc"])]
+    validation += [(f"Overall {name}", seed_val["overall"][key], ctx["val"]["overall"][key], "pct")
+                   for key, name in (("base_acc", "Base acc"), ("final_acc", "Final acc"))]
     tables = {"aggregate": aggregate, "per_position": per_pos, "conditional": conditional, "validation": validation}
     missing = any(row[2] is None for rows_ in tables.values() for row in rows_)
     return {**tables, "missing": missing}
 
 
-# ---------------------------------------------------------------- plots
-
-def _save(fig: Figure, path: Path) -> None:
-    FigureCanvasAgg(fig)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
-
-
-def _smooth(values: list[float], window: int) -> list[float]:
-    out, acc = [], 0.0
-    for i, v in enumerate(values):
-        acc += v
-        if i >= window:
-            acc -= values[i - window]
-        out.append(acc / min(i + 1, window))
-    return out
-
-
-def _plots(res: dict, ctx: dict, out_dir: Path) -> list[Path]:
-    rows, written = ctx["rows"], []
-
-    fig = Figure(figsize=(7.5, 4.2))
-    ax = fig.subplots()
-    width = 0.8 / len(rows)
-    for j, r in enumerate(rows):
-        per_pos = res["benchmark"][r["name"]]["summary"]["per_position_acceptance"]
-        ax.bar([i + (j - (len(rows) - 1) / 2) * width for i in range(len(per_pos))], per_pos, width,
-               label=f"{r['label']} (AL {f3(r['al'])})")
-    ax.set_title("Per-position unconditional acceptance (share of steps accepting ≥ i+1 drafts)")
-    ax.set_xlabel("Draft position i (pos_0 = token a+1)")
-    ax.set_ylabel("Acceptance rate")
-    ax.set_ylim(0, 1)
-    ax.set_xticks(range(max(len(res["benchmark"][r["name"]]["summary"]["per_position_acceptance"]) for r in rows)))
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend()
-    written.append(out_dir / PLOTS["acceptance"])
-    _save(fig, written[-1])
-
-    fig = Figure(figsize=(7.5, 4.2))
-    ax = fig.subplots()
-    for r in rows:
-        xs = [i for i, c in enumerate(r["cond"]) if c is not None]
-        ax.plot(xs, [r["cond"][i] for i in xs], marker="o", label=r["label"])
-    ax.set_title("Conditional acceptance per position (given all earlier drafts accepted)")
-    ax.set_xlabel("Draft position i")
-    ax.set_ylabel("P(accept i | accept 0..i-1)")
-    ax.set_ylim(0, 1.05)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    written.append(out_dir / PLOTS["conditional"])
-    _save(fig, written[-1])
-
-    fig = Figure(figsize=(4.2 * len(rows), 4.0))
-    axes = fig.subplots(1, len(rows), sharey=True, squeeze=False)[0]
-    window = max(1, min(len(res["metrics"][r["name"]]) for r in rows) // 50)
-    for ax, r in zip(axes, rows):
-        metrics = res["metrics"][r["name"]]
-        steps = [m["step"] for m in metrics]
-        # widest first, so curves that coincide (the dflash branches) stay visible
-        for key, style, width in (("loss", "-", 4.0), ("base_loss", "--", 2.0), ("final_loss", ":", 2.0)):
-            pts = [(s, m[key]) for s, m in zip(steps, metrics) if m[key] is not None]
-            ax.plot([s for s, _ in pts], _smooth([v for _, v in pts], window), style, linewidth=width,
-                    alpha=0.5 if key == "loss" else 1.0, label=key)
-        ax.set_title(r["label"])
-        ax.set_xlabel("Training step")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    axes[0].set_ylabel("Cross-entropy loss")
-    fig.suptitle("Training loss: total, base (backbone) and final (corrected) branches"
-                 + (f"; moving average of {window} steps" if window > 1 else ""))
-    written.append(out_dir / PLOTS["loss"])
-    _save(fig, written[-1])
-
-    fig = Figure(figsize=(7.5, 4.2))
-    ax = fig.subplots()
-    for r, style, width in zip(rows, ("-", "--", ":", "-."), (5.0, 3.0, 2.0, 1.5)):
-        metrics = res["metrics"][r["name"]]
-        ax.plot([m["step"] for m in metrics], [m["lambda"] for m in metrics], style, linewidth=width,
-                label=r["label"])
-    ax.set_title("Base-anchored curriculum weight lambda")
-    ax.set_xlabel("Training step")
-    ax.set_ylabel("lambda (weight of the base loss)")
-    ax.set_ylim(-0.05, 1.05)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    written.append(out_dir / PLOTS["lambda"])
-    _save(fig, written[-1])
-    return written
-
-
 # ---------------------------------------------------------------- entry point
 
-def render_card(results_dir, out_dir, card_info: dict, provenance: dict, vllm_runs=()) -> list[Path]:
-    """Write model_card.md, reproduction.md and the PNG plots into out_dir; return their paths."""
-    out_dir = Path(out_dir)
+class CardPaths(NamedTuple):
+    """Where the report writes: the card and the reproduction report; the plots go beside the
+    card under the names in ``domino.plots.PLOTS``, which the card links to."""
+
+    card: Path
+    reproduction: Path
+
+    @classmethod
+    def under(cls, out_dir: str | Path) -> "CardPaths":
+        d = Path(out_dir)
+        return cls(d / "model_card.md", d / "reproduction.md")
+
+
+def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, provenance: dict,
+                vllm_runs=()) -> list[Path]:
+    """Write the card, the reproduction report and the PNG plots; return their paths. ``out`` is
+    a ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it).
+
+    The front matter is validated (``check_front_matter``) before anything is written."""
+    out = out if isinstance(out, CardPaths) else CardPaths.under(out)
     res = load_results(Path(results_dir), vllm_runs=vllm_runs)
     ctx = _context(res, card_info, provenance)
     env = _env()
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
+    check_front_matter(card)
     repro = env.get_template("reproduction.md.j2").render(seed=_reproduction_rows(ctx), **ctx)
-    written = _plots(res, ctx, out_dir)
-    write_text(out_dir / "model_card.md", card)
-    write_text(out_dir / "reproduction.md", repro)
-    return [out_dir / "model_card.md", out_dir / "reproduction.md", *written]
+    written = write_plots(res, ctx["rows"], Path(out.card).parent)
+    write_text(out.card, card)
+    write_text(out.reproduction, repro)
+    return [Path(out.card), Path(out.reproduction), *written]

@@ -3,7 +3,8 @@
 RUN_A and RUN_B are workflow directories (each with ``results/`` and ``reports/``). Every file
 under ``results/`` must be byte-identical, except that JSON files are compared with their
 timing fields removed; in ``reports/model_card.md`` every table cell must match except the
-columns that hold timings (TPS, speedup, wall and training time). Exits 1 on a difference.
+columns that hold timings (TPS, speedup, step cost and time shares, wall and training time).
+Prints the paths that differ and how many; exits 1 on a difference.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import re
 import sys
 from pathlib import Path
 
-TIMING_KEYS = {"seconds", "tps", "speedup", "draft_seconds", "verify_seconds", "ours_tps"}
-TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|vs DFlash noshift", re.I)
+# JSON keys holding timings, and what derives from them (paired speedup intervals included)
+TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
+TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|vs DFlash noshift", re.I)
 
 
 def strip_timing(obj):
     if isinstance(obj, dict):
-        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
+        return {k: strip_timing(v) for k, v in obj.items() if not TIMING_KEY.search(k)}
     if isinstance(obj, list):
         return [strip_timing(v) for v in obj]
     return obj
@@ -40,13 +42,18 @@ def card_tables(text: str) -> list[list[str]]:
     return rows
 
 
+def result_files(run: Path) -> list[Path]:
+    """Files under ``run/results``, relative to ``run``."""
+    return sorted(p.relative_to(run) for p in (run / "results").rglob("*") if p.is_file())
+
+
 def compare_runs(a: str | Path, b: str | Path) -> list[str]:
+    """One line per path that differs (``results/...`` files, then ``reports/model_card.md``), timing aside."""
     a, b = Path(a), Path(b)
     diffs = []
-    fa = sorted(p.relative_to(a) for p in (a / "results").rglob("*") if p.is_file())
-    fb = sorted(p.relative_to(b) for p in (b / "results").rglob("*") if p.is_file())
-    if fa != fb:
-        diffs.append(f"file lists differ: only in A {sorted(set(fa) - set(fb))[:5]}, only in B {sorted(set(fb) - set(fa))[:5]}")
+    fa, fb = result_files(a), result_files(b)
+    diffs += [f"{rel} only in A" for rel in sorted(set(fa) - set(fb))]
+    diffs += [f"{rel} only in B" for rel in sorted(set(fb) - set(fa))]
     for rel in sorted(set(fa) & set(fb)):
         pa, pb = a / rel, b / rel
         if rel.suffix == ".json":
@@ -60,7 +67,7 @@ def compare_runs(a: str | Path, b: str | Path) -> list[str]:
         ta, tb = card_tables(ca.read_text()), card_tables(cb.read_text())
         if ta != tb:
             bad = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
-            diffs.append(f"model_card.md tables differ in {len(bad) + abs(len(ta) - len(tb))} rows, "
+            diffs.append(f"reports/model_card.md differs: tables differ in {len(bad) + abs(len(ta) - len(tb))} rows, "
                          f"first: {ta[bad[0]] if bad else '(row count)'}")
     return diffs
 
@@ -72,10 +79,13 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     args = [a.run_a, a.run_b]
     diffs = compare_runs(*args)
-    n = sum(1 for _ in (Path(args[0]) / "results").rglob("*"))
+    n = len(set(result_files(Path(args[0]))) | set(result_files(Path(args[1]))))
     for d in diffs:
         print(d)
-    print(f"{'identical' if not diffs else 'DIFFERENT'}: {n} paths under results/, card tables, timing aside")
+    if diffs:
+        print(f"DIFFERENT: {len(diffs)} of {n} files under results/ and the card's tables differ, timing aside")
+    else:
+        print(f"identical: {n} files under results/ and the card's tables, timing aside")
     raise SystemExit(1 if diffs else 0)
 
 

@@ -207,6 +207,9 @@ def _cross_checks(cfg: dict) -> None:
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]
+    if t["noise_std"] > 0 and t["noise"] != "none":
+        raise ConfigError(f"train.noise_std: {t['noise_std']} and train.noise {t['noise']!r} both set the noise "
+                          "(allowed: noise and noise_scale; noise_std is the old spelling of noise gaussian)")
     if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
         raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")

@@ -56,6 +56,9 @@ def _cache_kwarg(verifier) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+cache_kwarg = _cache_kwarg  # the public name, for tools that drive a verifier's cache themselves
+
+
 class _Stopper:
     def __init__(self, max_new_tokens: int, eos_ids):
         self.max_new, self.eos = max_new_tokens, set(eos_ids or ())

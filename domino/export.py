@@ -53,13 +53,21 @@ loop measures (``tests/test_vllm_backend.py``), reading the mask slots in the cl
 a ``shift_label`` export is served one slot off there. Choices we made where the public format
 is ambiguous or disagrees with our model (the Domino head has been checked against neither):
 
-* ``pure_draft_prefix_len`` is written as our ``correct_from`` (the first corrected slot):
-  in the speculators ``core.py`` read here the head is applied from
-  ``suffix_start = pure_draft_prefix_len`` and the vLLM RFC 46707 port leaves positions
-  ``< pure_draft_prefix_len`` uncorrected, so both read it as "the first corrected slot".
-  The design notes say PR 685 used ``1 + pure_draft_prefix_len``; with the card's values
-  (prefix 0, correct_from 1) the exported value is 1 either way. Our exact values are kept
-  in the extra block ``domino_repro`` (speculators' config allows extra keys).
+* ``pure_draft_prefix_len`` is written as speculators PR 685 (the card's trainer) reads it:
+  the first corrected slot is ``1 + pure_draft_prefix_len``, so the field is our
+  ``correct_from - 1`` (0 for the card's ``correct_from`` 1). PR 685 applies that rule with
+  and without ``shift_label``; without it slot 0 is the anchor, never a draft, so a noshift
+  ``correct_from`` of 0 drafts exactly as 1 and is written as 0. A shifted ``correct_from``
+  of 0 has no non-negative PR 685 value: it is written as -1 (``1 + -1`` is right for a
+  reader that adds, and a reader that requires >= 0 refuses it loudly). Exports of format
+  version 1 (this project before issue 12) wrote ``correct_from`` itself there; our reader
+  takes the exact values from the ``domino_repro`` block, which every version writes, and
+  refuses a format version it does not know.
+* ``sliding_window``: written into ``transformer_layer_config`` (``sliding_window``,
+  ``use_sliding_window``, ``layer_types`` all ``sliding_attention``) with
+  ``sliding_window_non_causal: true``, because speculators makes the block causal when a
+  window is set without it, and our blocks stay bidirectional. Without a window the export
+  is as before.
 * Our Domino correction lives in the *draft* vocabulary (``embed_proj.2`` has
   ``draft_vocab_size`` rows). The speculators config version read here refuses
   ``projector_type="domino"`` unless ``draft_vocab_size`` equals the verifier's vocabulary,
@@ -75,14 +83,15 @@ from pathlib import Path
 
 import torch
 
+from .common import DTYPES
 from .io import atomic_path, read_json, write_json
 from .model import Drafter, DrafterConfig
-from .verifier import DTYPES
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 EXTRA_KEY = "domino_repro"  # our own block: what the public fields cannot say exactly
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: pure_draft_prefix_len as PR 685 reads it; 1: it held correct_from
+KNOWN_FORMAT_VERSIONS = (1, 2)
 
 # our state dict name -> speculators name (prefix rewrites; everything else is unchanged)
 _HEAD_RENAMES = [
@@ -110,9 +119,21 @@ def from_speculators_name(name: str) -> str:
     return name
 
 
-def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtype,
-                       verifier_architectures=("Qwen3ForCausalLM",)) -> dict:
-    """The ``config.json`` of a drafter in the speculators DFlash format."""
+def pr685_prefix_len(cfg: DrafterConfig) -> int:
+    """``pure_draft_prefix_len`` as PR 685 reads it (first corrected slot ``1 + value``); see
+    the module docstring for the noshift and ``correct_from`` 0 cases."""
+    if not cfg.shift_label:
+        return max(0, cfg.correct_from - 1)
+    return cfg.correct_from - 1
+
+
+def correct_from_pr685(config: dict) -> int:
+    """Our ``correct_from`` from a public config: PR 685's ``1 + pure_draft_prefix_len``."""
+    return 1 + int(config.get("pure_draft_prefix_len", 0))
+
+
+def _transformer_layer_config(cfg: DrafterConfig) -> dict:
+    """``transformer_layer_config``: the draft layers as a Qwen3 config (with their window, if any)."""
     theta = float(cfg.rope_theta)
     layer = {
         "model_type": "qwen3",
@@ -135,11 +156,20 @@ def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtyp
         "tie_word_embeddings": False,
         "use_cache": True,
     }
+    if cfg.sliding_window is not None:
+        layer.update(sliding_window=cfg.sliding_window, use_sliding_window=True,
+                     layer_types=["sliding_attention"] * cfg.num_layers)
+    return layer
+
+
+def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtype,
+                       verifier_architectures=("Qwen3ForCausalLM",)) -> dict:
+    """The ``config.json`` of a drafter in the speculators DFlash format."""
     dtype_name = str(dtype).removeprefix("torch.")
     return {
         "architectures": ["DFlashDraftModel"],
         "speculators_model_type": "dflash",
-        "transformer_layer_config": layer,
+        "transformer_layer_config": _transformer_layer_config(cfg),
         "draft_vocab_size": cfg.draft_vocab_size,
         "block_size": cfg.block_size,
         "target_hidden_size": None,  # the drafter's hidden size is the verifier's
@@ -148,10 +178,10 @@ def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtyp
         "projector_type": cfg.projector,
         "shift_label": cfg.shift_label,
         "sample_from_anchor": cfg.shift_label,
-        "pure_draft_prefix_len": cfg.correct_from,  # first corrected slot (see module docstring)
+        "pure_draft_prefix_len": pr685_prefix_len(cfg),  # first corrected slot - 1 (module docstring)
         "emb_dim": cfg.bottleneck_size,
         "gru_hidden_dim": cfg.gru_hidden_size,
-        "sliding_window_non_causal": False,
+        "sliding_window_non_causal": cfg.sliding_window is not None,
         "dtype": dtype_name,
         "torch_dtype": dtype_name,
         "speculators_config": {
@@ -240,16 +270,28 @@ def _check_shapes(cfg: DrafterConfig, tensors: dict) -> None:
 def drafter_config_from_speculators(config: dict) -> DrafterConfig:
     """Our DrafterConfig from a speculators DFlash ``config.json``.
 
-    Exact when the file carries our ``domino_repro`` block; otherwise rebuilt from the public
-    fields alone (then ``target_num_layers`` is unknown and set to the largest aux id, and
-    ``correct_from`` is read from ``pure_draft_prefix_len``).
+    Exact when the file carries our ``domino_repro`` block (format versions 1 and 2; another
+    version is refused); otherwise rebuilt from the public fields alone as PR 685 reads them
+    (``_public_drafter_config``). A version-1 export stripped of its block would be read one
+    slot off there: version 1 wrote ``correct_from`` as ``pure_draft_prefix_len``.
     """
     if config.get("speculators_model_type") != "dflash":
         raise ExportError(f"speculators_model_type is {config.get('speculators_model_type')!r}, expected 'dflash'")
-    extra = config.get(EXTRA_KEY) or {}
+    extra = config.get(EXTRA_KEY)
+    if extra is None:
+        return _public_drafter_config(config)
+    version = extra.get("format_version")
+    if version not in KNOWN_FORMAT_VERSIONS or "drafter_config" not in extra:
+        raise ExportError(f"{EXTRA_KEY}.format_version {version!r} is not one this reader knows "
+                          f"({', '.join(map(str, KNOWN_FORMAT_VERSIONS))}), or its drafter_config is missing: "
+                          "export the checkpoint again with this version of the project")
     known = {f.name for f in fields(DrafterConfig)}
-    if "drafter_config" in extra:
-        return DrafterConfig(**{k: v for k, v in extra["drafter_config"].items() if k in known})
+    return DrafterConfig(**{k: v for k, v in extra["drafter_config"].items() if k in known})
+
+
+def _public_drafter_config(config: dict) -> DrafterConfig:
+    """The public fields as PR 685 reads them: the first corrected slot is
+    ``1 + pure_draft_prefix_len``; ``target_num_layers`` is unknown and set to the largest aux id."""
     layer = config["transformer_layer_config"]
     rope = layer.get("rope_parameters") or {}
     aux = list(config["aux_hidden_state_layer_ids"])
@@ -276,9 +318,29 @@ def drafter_config_from_speculators(config: dict) -> DrafterConfig:
         projector=config.get("projector_type", "dflash"),
         gru_hidden_size=config.get("gru_hidden_dim", 1024),
         bottleneck_size=config.get("emb_dim", 256),
-        correct_from=config.get("pure_draft_prefix_len", 1),
+        pure_draft_prefix_len=max(0, int(config.get("pure_draft_prefix_len", 0))),
+        correct_from=correct_from_pr685(config),
+        sliding_window=_public_sliding_window(config),
         verifier=(config.get("speculators_config") or {}).get("verifier", {}).get("name_or_path") or "",
     )
+
+
+def _public_sliding_window(config: dict) -> int | None:
+    """The draft layers' window from the public fields; None for full attention. Refused where
+    this drafter cannot follow: a window on some layers only, or a causal block."""
+    layer = config["transformer_layer_config"]
+    window = layer.get("sliding_window")
+    types = layer.get("layer_types") or []
+    sliding = [t == "sliding_attention" for t in types] or [bool(layer.get("use_sliding_window"))]
+    if window is None or not any(sliding):
+        return None
+    if not all(sliding):
+        raise ExportError(f"layer_types {types} mix full and sliding-window attention; this drafter has one "
+                          "window for every draft layer")
+    if not config.get("sliding_window_non_causal", False):
+        raise ExportError("a sliding window with sliding_window_non_causal false makes speculators' blocks causal; "
+                          "this drafter's blocks are bidirectional")
+    return int(window)
 
 
 def load_speculators(out_dir: str | Path, verifier=None, attn_implementation: str | None = None) -> Drafter:

@@ -4,7 +4,7 @@ One shard holds ``shard_samples`` conversations, concatenated along the token ax
 
 * ``input_ids`` (n,) int64, ``loss_mask`` (n,) uint8
 * ``aux`` (n, A*H) in the configured dtype: the state of each aux id, concatenated
-  (``domino.verifier.AuxCapture``: ``hidden_states[i]``, the pre-norm last layer for ``i = L``)
+  (aux ids as ``domino.verifier.AuxCapture`` defines them)
 * ``target`` (n,) int64: the verifier's greedy token *within the draft vocabulary* (a draft id)
   at each position, i.e. its prediction for the next position
 * ``offsets`` (samples+1,) int64: where each conversation starts
@@ -25,10 +25,12 @@ import math
 from pathlib import Path
 
 import torch
+from safetensors.torch import load, load_file, save_file
+from tqdm import tqdm
 
+from .common import DTYPES
 from .io import atomic_path, sha256_file, write_json
-from .verifier import DTYPES, AuxCapture
-
+from .verifier import AuxCapture
 
 
 class ShardError(RuntimeError):
@@ -49,8 +51,6 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     ``domino.vllm_backend.VllmExtractor`` runs the same weights through vLLM. Its ``name`` is
     part of the shard key, so shards from one backend are never taken for the other's.
     """
-    from tqdm import tqdm
-
     out_dir = Path(index_path).parent
     out_dir.mkdir(parents=True, exist_ok=True)
     H, L = verifier.config.hidden_size, verifier.config.num_hidden_layers
@@ -87,8 +87,6 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
             tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype])
         else:
             tensors = backend(part, head, batch_size, DTYPES[dtype])
-        from safetensors.torch import save_file
-
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp))
         digest = sha256_file(path)
@@ -161,8 +159,6 @@ def shard_tensors(ids_l, mask_l, aux_l, tgt_l) -> dict:
 
 def load_features(index_path: str | Path, verify: bool = True) -> dict:
     """All shards of one split, checked against their sha256, as one set of token tensors."""
-    from safetensors.torch import load, load_file
-
     index_path = Path(index_path)
     if not index_path.exists():
         raise ShardError(f"{index_path} is missing: run extract_hidden_states first")

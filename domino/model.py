@@ -19,47 +19,21 @@ Shapes use these letters::
     Vt target (verifier) vocabulary      Vd draft vocabulary
     G  GRU hidden size                   r  bottleneck size
 
-Conventions (see ``shared/design/domino-spec.md``):
+Conventions:
 
-* ``aux_layer_ids`` use the speculators convention: id ``i`` is the output of decoder layer
-  ``i - 1`` (0 = embedding output), which is Hugging Face ``hidden_states[i]`` for ``i < L``;
-  for ``i = L`` it is the last layer's output *before* the final norm, as vLLM captures it
-  (transformers puts the normed state there; ``domino.verifier.AuxCapture`` handles it).
-  z-lab/dflash and SpecForge count one higher; convert with ``i_speculators = i_zlab - 1``.
+* ``aux_layer_ids`` follow the speculators/vLLM convention stated in ``domino.verifier.AuxCapture``.
 * The block is ``[x_a, MASK, ..., MASK]`` at positions ``a .. a+B-1``. With ``shift_label``
   slot ``k`` predicts ``x[a+k+1]`` (B drafts per step); without it slot ``k`` predicts
   ``x[a+k]``, slot 0 is the anchor itself and slots ``1..B-1`` give B-1 drafts.
 * Context attention is strictly before the anchor (``p < a``) and inside the anchor's
-  document; the block attends to itself bidirectionally and never to another block.
+  document, and with ``sliding_window`` W no further back than ``a - W``
+  (``draft_attention_mask``); the block attends to itself bidirectionally and never to
+  another block.
 * The Domino correction is added to the base logits in draft-vocabulary space, before draft
   ids are mapped to target ids through ``d2t``; it applies to slots ``k >= correct_from``.
 
-Memory of one training step at the card's shapes (H 1024, 16 heads x 128, 8 KV heads,
-3 layers, MLP 3072, Vd 32,000, packed T = 4096 tokens, N x B = 256 x 8 = 2048 queries,
-A = 3 aux layers of the 28-layer verifier, bf16 activations, fp32 master weights):
-
-* Parameters: trainable fc 3072x1024 (3.1M) + 3 layers x 15.7M (47.2M) + norms, GRU
-  3 x 1024 x (1024 + 1024) (6.3M), bottleneck 2048x256 + 256x32,000 (8.7M): about 65M
-  trainable, so weights + grads + AdamW moments in fp32 = 65M x 16 B = 1.0 GiB. Frozen:
-  embedding 151,936 x 1024 (155.6M) + draft lm_head 32,000 x 1024 (32.8M), kept in fp32 by
-  the train stage = 0.70 GiB.
-* Inputs: aux states 4096 x 3072 in bf16 = 24 MiB per row.
-* Activations per layer (bf16, saved for backward): block hidden / norms / q / attention
-  output / MLP (2048 x (4 x 1024 + 3 x 3072) x 2 B = 52 MiB) and context keys/values
-  (4096 x 2 x 1024 x 2 B = 16 MiB): about 70 MiB per layer, 0.2 GiB for three.
-* Attention scores: a dense eager mask path holds 16 heads x 2048 x (4096 + 2048) scores
-  in fp32 = 768 MiB per layer plus the softmax saved for backward (2.3 GiB for three
-  layers, before the logits). ``attn_implementation="sdpa"`` passes the boolean mask to
-  ``scaled_dot_product_attention``, whose memory-efficient CUDA kernel never materialises
-  the scores: the mask itself is 2048 x 6144 bytes = 12 MiB.
-* Logits: 2048 queries x 32,000 x (base + final) in fp32 = 0.5 GiB, plus the same again for
-  the log-softmax gradients.
-
-With sdpa the step needs about 1.0 + 0.7 + 0.2 + 1.0 = 2.9 GiB plus allocator slack, well
-inside an 8 GB GPU; the eager path stays as the CPU reference used by the tests.
-``python -m domino.bench_memory`` measures it: on a GPU, the peak of the real training step;
-on this project's 2-core CPU (fp32, no autocast) the process peaked at 5.4 GiB resident,
-19.6 s a step, 65.3M trainable parameters.
+What one training step at the card's shapes needs in memory, worked out and measured:
+``docs/memory.md``.
 """
 
 from __future__ import annotations
@@ -81,6 +55,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 )
 
 PROJECTORS = ("dflash", "domino")
+INITS = ("pytorch", "hf")
 
 
 # -----------------------------------------------------------------------------
@@ -112,9 +87,12 @@ class DrafterConfig:
     projector: str = "dflash"  # "dflash" (backbone only) | "domino" (backbone + GRU head)
     gru_hidden_size: int = 1024
     bottleneck_size: int = 256
-    pure_draft_prefix_len: int = 0
-    correct_from: int = 1  # PR 685: 1 + pure_draft_prefix_len; slots below are never corrected
+    pure_draft_prefix_len: int = 0  # the card's value, for the record: the model and export use correct_from
+    correct_from: int = 1  # first corrected slot (PR 685: 1 + pure_draft_prefix_len); slots below never are
     attn_implementation: str = "sdpa"  # "sdpa" | "eager" (dense reference)
+    sliding_window: int | None = None  # None, or W: the block sees the W context rows before its anchor
+    init: str = "pytorch"  # "pytorch" (module defaults) | "hf" (normal(0, init_std), see Drafter.init_hf)
+    init_std: float = 0.02
     verifier: str = ""  # name or path of the verifier, for the record
 
     def __post_init__(self):
@@ -134,6 +112,12 @@ class DrafterConfig:
             )
         if not 0 <= self.mask_token_id < self.target_vocab_size:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be None or >= 1, got {self.sliding_window}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std must be > 0, got {self.init_std}")
 
     @property
     def first_draft_slot(self) -> int:
@@ -251,6 +235,33 @@ class DraftLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def draft_attention_mask(doc_ids: torch.Tensor, anchors: torch.Tensor, block_size: int,
+                         sliding_window: int | None = None) -> torch.Tensor:
+    """(R, 1, N*B, T + N*B) bool, True = attend: the keys each block query sees in training.
+
+    doc_ids (R, T) document of each packed row position; anchors (R, N). Keys are the T context
+    rows, then the N blocks' B slots. Every slot of the block anchored at row ``a`` sees
+    context row ``p`` when ``p`` is in ``a``'s document and ``p < a`` (strictly before the
+    anchor), and, with a sliding window ``W``, ``p >= a - W``: the W rows before the anchor,
+    the same rows for every slot of the block (speculators' ``kv_pos >= anchor - window``).
+    Rows of one document are consecutive positions, so at inference the window is the last W
+    entries of the context cache. Within its own block a slot sees all B slots (bidirectional,
+    whatever the window); it never sees another block.
+    """
+    R, T = doc_ids.shape
+    N, B = anchors.shape[1], block_size
+    p = torch.arange(T, device=doc_ids.device)
+    a = anchors[..., None]  # (R, N, 1)
+    anchor_doc = doc_ids.gather(1, anchors)  # (R, N)
+    ctx = (p < a) & (doc_ids[:, None, :] == anchor_doc[..., None])  # (R, N, T)
+    if sliding_window is not None:
+        ctx = ctx & (p >= a - sliding_window)
+    ctx = ctx[:, :, None, :].expand(R, N, B, T).reshape(R, N * B, T)
+    own = torch.arange(N, device=doc_ids.device).repeat_interleave(B)
+    blk = (own[:, None] == own[None, :]).expand(R, N * B, N * B)
+    return torch.cat([ctx, blk], dim=-1)[:, None]
+
+
 # -----------------------------------------------------------------------------
 # 3. The Domino correction head
 
@@ -310,6 +321,21 @@ class Drafter(nn.Module):
         self.head = DominoHead(cfg) if cfg.projector == "domino" else None
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(cfg.target_vocab_size, dtype=torch.bool))
+        if cfg.init == "hf":
+            self.init_hf(cfg.init_std)
+
+    def init_hf(self, std: float) -> None:
+        """Hugging Face's ``_init_weights`` on the trainable parts: every ``nn.Linear`` weight of
+        ``fc``, the draft layers and the Domino head drawn from normal(0, std) (torch's global
+        generator, module order), biases zero (there are none); RMSNorm weights stay ones. The
+        GRU keeps PyTorch's init, as ``_init_weights`` leaves ``nn.GRU`` alone; the frozen
+        embedding and lm_head are overwritten by the verifier's in ``from_verifier``."""
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Linear) and module is not self.lm_head:
+                    module.weight.normal_(0.0, std)
+                    if module.bias is not None:
+                        module.bias.zero_()
 
     def _apply(self, fn, *args, **kwargs):
         # RoPE frequencies stay float32 whatever dtype the weights are cast to: in bf16 they
@@ -353,7 +379,14 @@ class Drafter(nn.Module):
         return [layer.self_attn.context_kv(ctx, cos, sin) for layer in self.layers]
 
     def backbone(self, block_ids, block_pos, ctx_kv, mask=None):
-        """block_ids/block_pos (R, S) -> z (R, S, H) after the final norm."""
+        """block_ids/block_pos (R, S) -> z (R, S, H) after the final norm.
+
+        Without ``mask`` (inference: ``ctx_kv`` holds the positions just before the block's
+        anchor, in order) a ``sliding_window`` W keeps the last W context entries only, as
+        ``draft_attention_mask`` does in training."""
+        W = self.cfg.sliding_window
+        if mask is None and W is not None:
+            ctx_kv = [(k[:, :, -W:], v[:, :, -W:]) for k, v in ctx_kv]
         x = self.embed_tokens(block_ids).to(self.fc.weight.dtype)
         cos, sin = self.rotary_emb(x, block_pos)
         for layer, (k, v) in zip(self.layers, ctx_kv):
@@ -379,14 +412,7 @@ class Drafter(nn.Module):
         block_ids = torch.full((R, N, B), cfg.mask_token_id, dtype=torch.long, device=input_ids.device)
         block_ids[..., 0] = input_ids.gather(1, anchors)
         block_pos = position_ids.gather(1, anchors)[..., None] + slot
-        # mask (R, 1, N*B, T + N*B): context p < a in the anchor's document; own block only
-        p = torch.arange(T, device=input_ids.device)
-        anchor_doc = doc_ids.gather(1, anchors)  # (R, N)
-        ctx_mask = (p[None, None, :] < anchors[..., None]) & (doc_ids[:, None, :] == anchor_doc[..., None])
-        ctx_mask = ctx_mask[:, :, None, :].expand(R, N, B, T).reshape(R, N * B, T)
-        own = torch.arange(N, device=input_ids.device).repeat_interleave(B)
-        blk_mask = (own[:, None] == own[None, :]).expand(R, N * B, N * B)
-        mask = torch.cat([ctx_mask, blk_mask], dim=-1)[:, None]
+        mask = draft_attention_mask(doc_ids, anchors, B, cfg.sliding_window)  # (R, 1, N*B, T + N*B)
 
         ctx = self.fuse_context(aux)
         z = self.backbone(block_ids.view(R, N * B), block_pos.view(R, N * B),
@@ -404,13 +430,18 @@ class Drafter(nn.Module):
     # --- inference --------------------------------------------------------------------------
 
     @torch.no_grad()
-    def draft(self, anchor: int, anchor_pos: int, ctx_kv, n_slots: int | None = None, return_logits: bool = False):
+    def draft(self, anchor: int, anchor_pos: int, ctx_kv, n_slots: int | None = None, return_logits: bool = False,
+              pick_token=None):
         """Draft one block after ``anchor``, which stands at position ``anchor_pos``.
 
         ctx_kv: per-layer context keys/values of positions 0..anchor_pos-1 (batch 1).
         Returns the drafted target-vocabulary ids for positions anchor_pos+1, anchor_pos+2, ...
         (B with shift_label, B-1 without), capped at ``n_slots`` drafts if given; with
         ``return_logits`` also the final draft-vocabulary logits of those slots (n, Vd).
+        ``pick_token(logits (k, Vd)) -> (k,) long`` chooses the draft-vocabulary ids of k
+        consecutive slots (a sampler, say; argmax when None), in slot order: all slots at
+        once without a correction head, one slot at a time with it, so that the Domino head
+        reads the tokens so chosen.
         """
         cfg = self.cfg
         dev = self.fc.weight.device
@@ -423,7 +454,7 @@ class Drafter(nn.Module):
         first = cfg.first_draft_slot
         last = B if n_slots is None else min(B, first + n_slots)
         if self.head is None or cfg.correct_from >= last:
-            drafts = self.draft_to_target(base[first:last].argmax(-1)).tolist()
+            drafts = self.draft_to_target(_choose(base[first:last], pick_token)).tolist()
             return (drafts, base[first:last]) if return_logits else drafts
         # sequential correction: the GRU reads the anchor, then each drafted token
         shift = int(cfg.shift_label)
@@ -439,7 +470,7 @@ class Drafter(nn.Module):
                     n_read += 1
                 s = h[0, 0] if h is not None else z.new_zeros(cfg.gru_hidden_size)
                 logits = logits + self.head.correction(z[k], s)
-            tok = int(self.draft_to_target(logits.argmax(-1)))
+            tok = int(self.draft_to_target(_choose(logits[None], pick_token)[0]))
             drafts.append(tok)
             rows.append(logits)
             known.append(tok)
@@ -473,3 +504,8 @@ class Drafter(nn.Module):
         model = cls(DrafterConfig(**fields)).to(state["fc.weight"].dtype)
         model.load_state_dict(state)
         return model
+
+
+def _choose(rows: torch.Tensor, pick_token) -> torch.Tensor:
+    """rows (n, Vd) logits -> (n,) draft-vocabulary ids: argmax, or ``pick_token``'s choice."""
+    return rows.argmax(-1) if pick_token is None else pick_token(rows)

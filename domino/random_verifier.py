@@ -18,15 +18,13 @@ import importlib.util
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer, Qwen3ForCausalLM
 
-from .io import atomic_dir
-from .verifier import DTYPES, QWEN3_CHAT_TEMPLATE
-
-# Qwen/Qwen3-0.6B's config.json, the fields that shape the model
-QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False,
-                  rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0})
+from .common import DTYPES
+from .io import atomic_dir, write_json
+from .scale import RANDOM_WEIGHTS_MARKER
+from .shapes import qwen3_config
+from .verifier import QWEN3_CHAT_TEMPLATE
 
 
 def qwen3_tokenizer_files() -> Path:
@@ -41,20 +39,20 @@ def qwen3_tokenizer_files() -> Path:
 
 
 def write_random_verifier(out_dir: str | Path, seed: int = 0, dtype: str = "bfloat16", **shape) -> Path:
-    """``shape`` overrides entries of ``QWEN3_0_6B`` (the tests write a narrow one)."""
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
-
+    """``shape`` overrides entries of ``domino.shapes.QWEN3_0_6B`` (the tests write a narrow one)."""
     out_dir = Path(out_dir)
     tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_files()))
     tok.chat_template = tok.chat_template or QWEN3_CHAT_TEMPLATE
-    cfg = Qwen3Config(**{**QWEN3_0_6B, **shape}, bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
-                      eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                      pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), architectures=["Qwen3ForCausalLM"])
+    cfg = qwen3_config(**shape, bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+                       eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                       pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"))
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(cfg).to(DTYPES[dtype])
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
+        # what tells a card that these weights are random (domino.scale.verifier_kind)
+        write_json(tmp / RANDOM_WEIGHTS_MARKER, {"seed": seed, "dtype": dtype, "shape": shape})
     return out_dir
 
 

@@ -34,6 +34,7 @@ from transformers import AutoConfig
 from . import bench, report, train as training, verifier as verifiers, vocab as vocabs
 from .data import load_corpus, prepare_records, read_jsonl, write_prepared
 from .common import DTYPES, check_device, distributed, log, setup_process
+from .card import CardPaths
 from .export import export_speculators
 from .features import extract, load_features
 from .io import write_json
@@ -255,7 +256,7 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     del model
     feats = load_features(features)
     tcfg, autocast = train_config(cfg, checkpoint)
-    outputs = Path(summary).parent  # INTEGRATION: train() to take the four paths explicitly
+    outputs = training.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
     with distributed(check_device(cfg["device"])) as device:
         s = training.train(drafter, feats, tcfg, outputs, device, autocast, log=log)
     if s.get("rank", 0) == 0:
@@ -320,7 +321,7 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
 @stage("report", ("*",), {"results": "param", "stage_benchmarks": "param", "card": "output",
                           "reproduction": "output"})
 def report_(cfg: StageConfig, results: str, stage_benchmarks: str, card: str, reproduction: str) -> None:
-    report.build_report(cfg.section("*"), results, Path(card).parent, stage_benchmarks, log=log)  # INTEGRATION
+    report.build_report(cfg.section("*"), results, CardPaths(card, reproduction), stage_benchmarks, log=log)
 
 
 # -----------------------------------------------------------------------------
@@ -351,7 +352,7 @@ def train_config(cfg: StageConfig, checkpoint: str) -> tuple[training.TrainConfi
 
 # the DrafterConfig fields that come from the drafter section as they are
 DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size", "gru_hidden_size", "bottleneck_size",
-                "pure_draft_prefix_len", "correct_from", "attn_implementation")
+                "pure_draft_prefix_len", "correct_from", "attn_implementation", "sliding_window", "init", "init_std")
 
 
 def drafter_fields(cfg: StageConfig, checkpoint: str, tokenizer) -> dict:

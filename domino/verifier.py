@@ -12,8 +12,14 @@ import time
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tqdm import tqdm
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig,
+                          PreTrainedTokenizerFast, Qwen3ForCausalLM)
 
+from .common import DTYPES
 from .io import atomic_dir, write_json
+from .shapes import qwen3_config
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]
 MASK_TOKEN = "<|MASK|>"
@@ -38,7 +44,6 @@ QWEN3_CHAT_TEMPLATE = (
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
     "{%- endif %}"
 )
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class VerifierError(ValueError):
@@ -47,9 +52,6 @@ class VerifierError(ValueError):
 
 def train_tokenizer(texts, vocab_size: int, out_dir: str | Path):
     """Byte-level BPE over ``texts`` with the ChatML specials; the mask token is added last."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     # newlines are tokens of their own: the chat template's generation prompt ends in "\n", and a
     # tokenizer that merges "\n" with the next line's indentation never shows that lone "\n"
@@ -70,8 +72,6 @@ def train_tokenizer(texts, vocab_size: int, out_dir: str | Path):
 
 
 def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(path)
 
 
@@ -85,11 +85,25 @@ def mask_token_id(tokenizer, configured: int | None) -> int:
     return int(tid)
 
 
-def eos_ids(tokenizer, model_config) -> list[int]:
-    """Token ids that end generation: the model's eos id(s) and the chat end-of-turn token."""
+def eos_ids(tokenizer, model_config, generation_config=None) -> list[int]:
+    """Token ids that end generation, ascending: every ``eos_token_id`` of the verifier's
+    generation config (an int or a list; Qwen3 lists ``<|im_end|>`` and ``<|endoftext|>``, and
+    ``generate`` and vLLM stop on each), the model config's, and the chat template's end-of-turn
+    token ``<|im_end|>`` with the tokenizer's eos token.
+
+    ``generation_config``: a ``GenerationConfig`` or a mapping; None reads
+    ``generation_config.json`` from where the tokenizer was loaded (a directory or a hub id in
+    the local cache), and adds nothing when there is none.
+    """
+    if generation_config is None:
+        try:
+            generation_config = GenerationConfig.from_pretrained(tokenizer.name_or_path)
+        except OSError:  # no generation_config.json there
+            generation_config = {}
     ids = set()
-    eos = getattr(model_config, "eos_token_id", None)
-    ids.update(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+    for source in (generation_config, model_config):
+        eos = source.get("eos_token_id") if isinstance(source, dict) else getattr(source, "eos_token_id", None)
+        ids.update(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else []))
     for t in ("<|im_end|>", tokenizer.eos_token):
         tid = tokenizer.convert_tokens_to_ids(t) if t else None
         if tid is not None and tid != tokenizer.unk_token_id:
@@ -113,8 +127,6 @@ def check_qwen3_like(config) -> None:
 
 def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     """``AutoModelForCausalLM.from_pretrained`` after checking the config is Qwen3."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     if dtype not in DTYPES:
         raise VerifierError(f"verifier dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     try:
@@ -129,13 +141,15 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
 
 
 class AuxCapture:
-    """The verifier states the drafter reads, in the speculators/vLLM convention.
+    """The verifier states the drafter reads; the project's one statement of the aux-id convention.
 
-    Aux id ``i`` is the input of decoder layer ``i``: 0 is the embedding output, ``i`` the
-    output of layer ``i - 1``, and ``L`` (the depth) the last layer's output *before* the
-    final norm, which is what vLLM captures when it extracts or serves. transformers'
-    ``hidden_states[i]`` agrees for ``i < L`` but puts the normed state at ``L``, so when ``L``
-    is asked for, a forward hook on the last layer keeps its raw output.
+    Aux-layer ids follow speculators and vLLM: id ``i`` is the input of decoder layer ``i``,
+    that is, 0 is the embedding output, ``i`` the output of decoder layer ``i - 1``, and ``L``
+    (the verifier's depth) the last layer's output *before* the final norm, which is what vLLM
+    captures when it extracts or serves. z-lab/dflash and SpecForge count one higher (their
+    ``i`` is our ``i - 1``). transformers' ``hidden_states[i]`` agrees for ``i < L`` but puts
+    the normed state at ``L``, so when ``L`` is asked for, a forward hook on the last layer
+    keeps its raw output.
 
     Use: ``with AuxCapture(verifier, ids) as cap: out = verifier(..., output_hidden_states=True)``
     then ``cap.aux(out.hidden_states)`` -> (batch, seq, len(ids) * H).
@@ -175,16 +189,16 @@ def aux_states(verifier, input_ids: torch.Tensor, layer_ids) -> torch.Tensor:
 
 
 def build_embedded_verifier(tokenizer, cfg: dict):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(
+    """A randomly initialised ``Qwen3ForCausalLM`` with the shape ``cfg`` (``verifier.embedded``
+    of the config) over ``tokenizer``'s vocabulary, tied embeddings and rope_theta 1e4."""
+    config = qwen3_config(
         vocab_size=len(tokenizer), hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
         num_hidden_layers=cfg["num_layers"], num_attention_heads=cfg["num_attention_heads"],
         num_key_value_heads=cfg["num_key_value_heads"], head_dim=cfg["head_dim"],
         max_position_embeddings=cfg["max_position_embeddings"], tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         bos_token_id=None, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.pad_token_id, architectures=["Qwen3ForCausalLM"],
+        pad_token_id=tokenizer.pad_token_id,
     )
     return Qwen3ForCausalLM(config)
 
@@ -195,8 +209,6 @@ def pretrain_embedded_verifier(rows, tokenizer, cfg: dict, out_dir: str | Path, 
     The token stream is cut into ``seq_len`` windows; batches are drawn in a seeded order.
     Returns a summary with the loss curve's start and end.
     """
-    from tqdm import tqdm
-
     torch.manual_seed(seed)
     model = build_embedded_verifier(tokenizer, cfg)
     stream = torch.tensor([t for r in rows for t in r["input_ids"]], dtype=torch.long)

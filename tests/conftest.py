@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from transformers import Qwen3ForCausalLM
+
+from domino.shapes import qwen3_config
 from domino.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
+# the README's command for Snakemake's HTML report (run on a finished micro run by test_workflow)
+REPORT_COMMAND = "snakemake --cores 1 --report reports/report.html"
 # what a dry run of the embedded default plans: one job per stage, two extractions (train, val),
 # and train, validate and benchmark once per checkpoint of config.yaml (three)
 DEFAULT_JOBS = {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
@@ -22,10 +27,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def tiny_verifier(seed=0, vocab=96, layers=4, hidden=64, dtype=torch.float64, max_pos=512):
     """A random Qwen3ForCausalLM small enough for CPU tests (float64 so greedy ties cannot flip)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     torch.manual_seed(seed)
-    cfg = Qwen3Config(
+    cfg = qwen3_config(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=max_pos,
         tie_word_embeddings=False, initializer_range=0.3, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},

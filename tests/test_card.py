@@ -6,9 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from huggingface_hub import ModelCard
 
-from domino import card
+from domino import card, plots, published, scale
+from domino.config import validate_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
@@ -31,22 +33,35 @@ SEED_TRAINING_ROWS = ["Dataset", "Sequence length", "Epochs", "LR", "Base-anchor
 CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
 LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino"}
 
-CARD_INFO = {
-    "model_name": "Qwen3-Embedded-Domino-b8", "verifier": "results/verifier/model", "dataset": "ShareGPT",
-    "samples": 5000, "seq_len": 4096,
-    "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
-    "gamma": 7.0, "optimizer": "AdamW", "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
-    "scale": "embedded", "license": "apache-2.0",
-    "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
-}
-PROVENANCE = {
-    "git_commit": "0123abc", "config_sha256": "f" * 64, "packages": {"torch": "2.13.0", "transformers": "5.24.0"},
-    "hardware": "1x NVIDIA H200", "stage_seconds": {"prepare_data": 12.34, "train": 456.78},
-}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def embedded_scale() -> scale.ScaleStatement:
+    """The embedded default's statement, with the fixtures' drafter shape and protocol."""
+    cfg = validate_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    settings = scale.run_settings(cfg, None, fixture("train/domino/checkpoint/drafter_config.json"),
+                                  fixture("benchmark/baseline.json")["protocol"])
+    return scale.scale_statement(cfg, settings, "NVIDIA H200")
 
 
 def fixture(path):
     return json.loads((FIXTURE / path).read_text())
+
+
+CARD_INFO = {
+    "model_name": "Qwen3-Embedded-Domino-b8", "verifier": "embedded-qwen3-tiny", "base_model": None,
+    "dataset": "ShareGPT",
+    "samples": 5000, "seq_len": 4096,
+    "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
+    "gamma": 7.0, "optimizer": "AdamW", "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
+    "scale": embedded_scale(), "license": "apache-2.0",
+    "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
+}
+PROVENANCE = {
+    "git_commit": "0123abc", "config_sha256": "f" * 64, "packages": {"torch": "2.13.0", "transformers": "5.24.0"},
+    "hardware": "1x NVIDIA H200", "python": "CPython 3.12.3",
+    "stage_seconds": {"prepare_data": 12.34, "train": 456.78},
+}
 
 
 def tables(text):
@@ -150,8 +165,10 @@ def test_benchmark_numbers(rendered):
             check_num(per_pos[LABELS[c]][1 + i], a[i], 3)
         check_num(per_pos[LABELS[c]][5], sum(a[4:]), 3)  # pos_4+ is the sum
 
-    (cond_row,) = table(text, SEED_HEADERS[4])
-    assert cond_row[0] == "Conditional acceptance"
+    cond_row, steps_row = table(text, SEED_HEADERS[4])
+    assert cond_row[0] == "Conditional acceptance" and steps_row[0] == "Steps behind the rate"
+    s = bench["domino"]
+    assert steps_row[1:] == [f"{s['steps']:,}"] + [f"{round(a * s['steps']):,}" for a in s["per_position_acceptance"][:-1]]
     a, cond = bench["domino"]["per_position_acceptance"], bench["domino"]["conditional_acceptance"]
     for i, cell in enumerate(cond_row[1:]):
         if i > 0 and a[i - 1] == 0:
@@ -174,12 +191,14 @@ def test_validation_table(rendered):
 
 def test_additions(rendered):
     out, _, text, repro = rendered
-    for png in card.PLOTS.values():
+    for png in plots.PLOTS.values():
         assert f"]({png})" in text
-    assert "embedded-scale run" in text and "not Qwen3-0.6B" in text
-    assert "embedded-scale run" in repro
+    statement = CARD_INFO["scale"].sentence()
+    assert f"**Scale of this run.** {statement}" in text and f"**Scale.** {statement}" in repro
+    assert "| Python | CPython 3.12.3 |" in text
     assert f"`{PROVENANCE['git_commit']}`" in text and PROVENANCE["config_sha256"] in text
     stages = {r[0]: r[1] for r in table(text, "| Stage | Wall time (s) |")}
+    assert list(stages) == [*PROVENANCE["stage_seconds"], "Total"]  # in the order given
     check_num(stages["train"], 456.78, 1)
     check_num(stages["Total"], 12.34 + 456.78, 1)
     assert {r[0]: r[1] for r in table(text, "| Package | Version |")} == PROVENANCE["packages"]
@@ -189,15 +208,23 @@ def test_reproduction_report(rendered):
     _, _, _, repro = rendered
     bench = {c: fixture(f"benchmark/{c}.json")["summary"] for c in CKPTS}
     rows = {r[0]: r[1:] for _, t in tables(repro) for r in t}
+    published_figures = published.FIGURES
     for c in CKPTS:
-        published, measured, diff = rows[f"Accept len, {LABELS[c]}"]
-        assert published == f"{card.SEED_CARD['acceptance_length'][c]:.3f}"
+        published_cell, measured, diff = rows[f"Accept len, {LABELS[c]}"]
+        assert published_cell == f"{published_figures['acceptance_length'][c]:.3f}"
         check_num(measured, bench[c]["acceptance_length"], 3)
-        assert float(diff) == pytest.approx(float(measured) - float(published), abs=1e-9)
-        published, measured, diff = rows[f"TPS, {LABELS[c]}"]
-        assert published == f"{card.SEED_CARD['tps'][c]:.1f}"
-        assert float(diff) == pytest.approx(float(measured) - float(published), abs=1e-9)
+        assert float(diff) == pytest.approx(float(measured) - float(published_cell), abs=1e-9)
+        published_cell, measured, diff = rows[f"TPS, {LABELS[c]}"]
+        assert published_cell == f"{published_figures['tps'][c]:.1f}"
+        assert float(diff) == pytest.approx(float(measured) - float(published_cell), abs=1e-9)
     assert rows["Overall Base acc"][0] == "12.1%" and rows["Overall Final acc"][0] == "27.2%"
+    # the published per-position column is its final accuracy: paired with ours, per position
+    per_slot = fixture("validate/domino.json")["per_slot"]
+    for s in per_slot:
+        published_cell, measured, _ = rows[f"Position {s['slot']} accuracy"]
+        assert published_cell == f"{100 * published.FIGURES['validation']['final_acc'][s['slot']]:.1f}%"
+        check_num(measured, 100 * s["final_acc"], 1, "%")
+    assert "averages to 27.2%, its overall final accuracy (27.2%)" in " ".join(repro.split())
     v = fixture("validate/domino.json")["overall"]
     check_num(rows["Overall Final acc"][1], 100 * v["final_acc"], 1, "%")
     assert rows["Overall Final acc"][2] == f"{100 * v['final_acc'] - 27.2:+.1f} pp"
@@ -207,8 +234,9 @@ def test_reproduction_report(rendered):
 
 def test_card_parses_as_hf_model_card(rendered):
     _, _, text, _ = rendered
+    parsed = card.check_front_matter(text)
+    assert parsed.base_model is None and "base_model" not in text.split("\n---\n")[0]  # not a Hub verifier
     parsed = ModelCard(text)
-    assert parsed.data.base_model == CARD_INFO["verifier"]
     assert parsed.data.license == "apache-2.0"
     assert parsed.data.library_name == "domino" and parsed.data.pipeline_tag == "text-generation"
     assert "speculative-decoding" in parsed.data.tags
@@ -222,19 +250,64 @@ def test_card_parses_as_hf_model_card(rendered):
 
 def test_plots_written(rendered):
     out, paths, _, _ = rendered
-    assert set(paths) == {out / "model_card.md", out / "reproduction.md", *(out / p for p in card.PLOTS.values())}
-    for name in card.PLOTS.values():
+    assert set(paths) == {out / "model_card.md", out / "reproduction.md", *(out / p for p in plots.PLOTS.values())}
+    for name in plots.PLOTS.values():
         data = (out / name).read_bytes()
         assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.glob(".tmp-*"))
 
 
-def test_card_scale_and_optional_provenance(tmp_path):
-    info = {**CARD_INFO, "scale": "card"}
-    card.render_card(FIXTURE, tmp_path, info, {**PROVENANCE, "stage_seconds": {}, "python": "3.12.1"})
+def test_dirty_commit_and_missing_stage_times(tmp_path):
+    card.render_card(FIXTURE, tmp_path, CARD_INFO, {**PROVENANCE, "stage_seconds": {}, "git_commit": "0123abc+dirty"})
     text = (tmp_path / "model_card.md").read_text()
-    assert "card-scale run" in text and "embedded-scale" not in text
-    assert "| Python | 3.12.1 |" in text and "not recorded" in text
+    assert "| Git commit | `0123abc+dirty` (the checkout had uncommitted changes) |" in text
+    assert "Stage wall times were not recorded for this run." in text
+
+
+def test_speed_explained(rendered):
+    """Step cost in plain steps and time shares, from the benchmark totals; speedup = tokens per step / cost."""
+    text = rendered[2]
+    base = fixture("benchmark/baseline.json")["summary"]
+    plain = base["seconds"] / base["new_tokens"]
+    rows = {r[0]: r for r in table(text, "| Run | Tokens per step | Accept len | Step cost (plain steps) | Drafting share "
+                                         "| Verifying share | Other share | Speedup |")}
+    for c in CKPTS:
+        s = fixture(f"benchmark/{c}.json")["summary"]
+        row = rows[LABELS[c]]
+        check_num(row[1], s["new_tokens"] / s["steps"], 2)
+        check_num(row[3], s["seconds"] / s["steps"] / plain, 2)
+        check_num(row[4], 100 * s["draft_seconds"] / s["seconds"], 1, "%")
+        check_num(row[5], 100 * s["verify_seconds"] / s["seconds"], 1, "%")
+        check_num(row[7], s["speedup"], 2, "×")  # the derivation reproduces the measured speedup
+    assert re.search(r"so its speedup is [\d.]+ ÷\s+[\d.]+ = [\d.]+×", text)
+
+
+def test_step_cost_hand_computed():
+    # 100 tokens in 40 steps taking 2 s (0.5 s drafting, 1.2 s verifying); plain decoding 0.025 s per token
+    c = card.step_cost({"steps": 40, "new_tokens": 100, "seconds": 2.0, "draft_seconds": 0.5,
+                        "verify_seconds": 1.2}, 0.025)
+    assert c.tokens_per_step == 2.5 and c.cost_in_plain_steps == pytest.approx(2.0)  # 0.05 s / 0.025 s
+    assert (c.draft_share, c.verify_share) == (0.25, 0.6) and c.other_share == pytest.approx(0.15)
+    assert c.speedup == pytest.approx(1.25) and not c.paired
+    with pytest.raises(ValueError, match="positive steps"):
+        card.step_cost({"steps": 0, "new_tokens": 0, "seconds": 1.0, "draft_seconds": 0, "verify_seconds": 0}, 0.1)
+
+
+def test_paired_plain_time_is_used_when_recorded(results_copy, tmp_path):
+    p = results_copy / "benchmark" / "domino.json"
+    b = json.loads(p.read_text())
+    b["prompts"] = [{"plain_seconds": b["summary"]["seconds"] * 2}]  # plain took twice as long
+    p.write_text(json.dumps(b))
+    res = card.load_results(results_copy)
+    assert res["benchmark"]["domino"]["paired_plain_seconds"] == pytest.approx(2 * b["summary"]["seconds"])
+    row = card._checkpoint_row(res, "domino")
+    assert row["cost"].paired and row["cost"].speedup == pytest.approx(2.0)
+
+
+def test_front_matter_rejects_a_path_as_base_model():
+    text = "---\nlicense: apache-2.0\nbase_model: results/verifier/model\n---\n# x\n"
+    with pytest.raises(ValueError, match="base_model: 'results/verifier/model' is not a Hub id"):
+        card.check_front_matter(text)
 
 
 @pytest.fixture
@@ -267,11 +340,11 @@ def test_malformed_file_names_it(results_copy, rel, content):
 def test_missing_values_raise(tmp_path):
     info = dict(CARD_INFO)
     del info["gamma"]
-    with pytest.raises(ValueError, match="gamma"):
+    with pytest.raises(ValueError, match="card_info lacks gamma"):
         card.render_card(FIXTURE, tmp_path, info, PROVENANCE)
-    with pytest.raises(Exception, match="nope"):
-        card._env().from_string("{{ nope }}").render()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="card_info scale must be a scale.ScaleStatement"):
+        card.render_card(FIXTURE, tmp_path, {**CARD_INFO, "scale": "card"}, PROVENANCE)
+    with pytest.raises(ValueError, match="expected a number, got None"):
         card.f3(None)
     assert not (tmp_path / "model_card.md").exists()
 

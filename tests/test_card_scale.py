@@ -72,11 +72,12 @@ def sharegpt_file(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def card_run(tmp_path_factory):
     """Everything up to a trained and exported drafter, built once for the tests below."""
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     from domino import data, features, verifier as ver, vocab
     from domino.export import export_speculators, load_speculators
     from domino.model import Drafter, DrafterConfig
+    from domino.shapes import qwen3_config
     from domino.train import TrainConfig, train
 
     threads = torch.get_num_threads()
@@ -95,12 +96,10 @@ def card_run(tmp_path_factory):
 
         # a Qwen3 causal LM with the card's vocabulary and tiny everything else
         torch.manual_seed(0)
-        cfg = Qwen3Config(
-            vocab_size=CARD_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-            num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=1024,
-            tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-            bos_token_id=None, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-            pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"), architectures=["Qwen3ForCausalLM"],
+        cfg = qwen3_config(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+            head_dim=16, max_position_embeddings=1024, bos_token_id=None,
+            eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
         )
         vdir = tmp / "verifier"
         Qwen3ForCausalLM(cfg).save_pretrained(str(vdir))
@@ -340,9 +339,19 @@ def test_memory_benchmark_runs_the_card_shapes(one_thread):
     from domino.bench_memory import measure
 
     r = measure("cpu", "sdpa", "domino", None, pack_len=64, anchors=4, steps=1)
-    assert r["steps"] == 1 and r["peak_bytes"] > 0
-    # fc 3*1024*1024, 3 layers of 4*1024*... : the count the model.py docstring works out (~65M)
-    assert 60e6 < r["trainable_params"] < 70e6
+    assert r.steps == 1 and r.peak_kind == "process peak RSS"
+    # the count docs/memory.md works out, from Qwen3-0.6B's shape (H 1024, 16 heads and 8 KV heads of
+    # 128, MLP 3072, vocabulary 151,936) and the card's drafter (3 layers, Vd 32,000, GRU 1024, r 256)
+    H, hd, mlp, Vd, G, r_ = 1024, 128, 3072, 32_000, 1024, 256
+    layer = H * hd * (2 * 16 + 2 * 8) + 2 * hd + 3 * H * mlp + 2 * H  # q, o, k, v; q/k norms; MLP; 2 norms
+    trainable = 3 * H * H + 3 * layer + 2 * H + 3 * G * (H + G) + (G + H) * r_ + r_ * Vd  # fc, layers, norms, head
+    frozen = 151_936 * H + Vd * H  # the verifier's embedding and draft lm_head rows
+    assert r.trainable_params == trainable
+    # everything in fp32 (no autocast) ...
+    assert r.param_bytes == 4 * (trainable + frozen) and r.trainable_bytes == 4 * trainable
+    # ... and after one AdamW step the process has held every weight, one gradient and two moments
+    # per trainable weight at once: the peak (KiB from getrusage, reported in bytes) is at least that
+    assert r.peak_bytes >= r.param_bytes + 3 * r.trainable_bytes
 
 
 def test_offline_card_overlay_with_a_random_verifier(tmp_path):

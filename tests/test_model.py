@@ -96,16 +96,86 @@ def test_frozen_copies_match_verifier(verifier):
     assert not drafter.embed_tokens.weight.requires_grad and not drafter.lm_head.weight.requires_grad
 
 
-@pytest.mark.parametrize("bad", [dict(block_size=1), dict(aux_layer_ids=[9]), dict(draft_vocab_size=10_000),
-                                 dict(projector="medusa"), dict(mask_token_id=500)])
-def test_config_refuses_bad_values(bad):
+@pytest.mark.parametrize("bad,match", [
+    (dict(block_size=1), "block_size"), (dict(aux_layer_ids=[9]), "aux layer id 9"),
+    (dict(draft_vocab_size=10_000), "draft_vocab_size"), (dict(projector="medusa"), "projector"),
+    (dict(mask_token_id=500), "mask_token_id"), (dict(sliding_window=0), "sliding_window"),
+    (dict(init="xavier"), "init must be"), (dict(init_std=0.0), "init_std"),
+])
+def test_config_refuses_bad_values(bad, match):
     from domino.model import DrafterConfig
 
     v = tiny_verifier()
     base = dict(aux_layer_ids=[1], draft_vocab_size=32, mask_token_id=95)
     base.update(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=match):
         DrafterConfig.from_verifier(v.config, **base)
+
+
+def test_attention_mask_with_a_sliding_window():
+    """Row 7's block (document 1 starts at row 2) with W = 3 sees context rows 4, 5, 6; row 3's
+    block sees row 2 only (its document's first row); each block sees its own slots only."""
+    from domino.model import draft_attention_mask
+
+    doc = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1, 1]])
+    anchors = torch.tensor([[7, 3]])
+    B, T = 2, doc.shape[1]
+    mask = draft_attention_mask(doc, anchors, B, sliding_window=3)
+    assert mask.shape == (1, 1, 4, T + 4)
+    ctx = mask[0, 0, :, :T]
+    for q, seen in zip(range(4), ([4, 5, 6], [4, 5, 6], [2], [2])):
+        assert ctx[q].nonzero().flatten().tolist() == seen, q
+    assert mask[0, 0, :, T:].tolist() == [[True, True, False, False]] * 2 + [[False, False, True, True]] * 2
+    full = draft_attention_mask(doc, anchors, B)
+    assert full[0, 0, 0, :T].nonzero().flatten().tolist() == [2, 3, 4, 5, 6]  # no window: the whole document
+    assert torch.equal(draft_attention_mask(doc, anchors, B, sliding_window=100), full)
+
+
+@pytest.mark.parametrize("projector,shift", [("domino", True), ("dflash", False)])
+def test_sliding_window_training_matches_inference(verifier, projector, shift):
+    """W = 4 < the 11 context positions: inference keeps the last 4 cached positions, training
+    masks the rest, and context further back no longer matters."""
+    from dataclasses import replace
+
+    from domino.model import Drafter
+
+    full = tiny_drafter(verifier, projector=projector, shift_label=shift)
+    drafter = Drafter(replace(full.cfg, sliding_window=4)).to(verifier.dtype).eval()
+    drafter.load_state_dict(full.state_dict())
+    ids, pos, doc, aux, a = _row_with_two_docs(verifier, drafter, 11)
+    session = NeuralDraft(drafter)
+    session.reset(11)
+    session.add_context(aux[:, a - 11: a], 0)
+    drafts, inf_logits = drafter.draft(int(ids[0, a]), 11, session.kv, return_logits=True)
+    forced = ids.clone()
+    forced[0, a + 1: a + 1 + len(drafts)] = torch.tensor(drafts)
+    _, final = drafter.forward_train(forced, pos, doc, aux, torch.tensor([[a]]))
+    torch.testing.assert_close(final[0, 0, drafter.cfg.first_draft_slot:], inf_logits, rtol=1e-9, atol=1e-9)
+    poked = aux.clone()
+    poked[0, a - 11: a - 4] += 3.0  # the document's context before the window
+    torch.testing.assert_close(drafter.forward_train(forced, pos, doc, poked, torch.tensor([[a]]))[1], final)
+    assert not torch.allclose(full.forward_train(forced, pos, doc, poked, torch.tensor([[a]]))[1],
+                              full.forward_train(forced, pos, doc, aux, torch.tensor([[a]]))[1])
+
+
+def test_hf_init_draws_trainable_linear_weights_from_a_normal():
+    from domino.model import Drafter, DrafterConfig
+
+    v = tiny_verifier(hidden=256)
+    kw = dict(num_layers=2, aux_layer_ids=[1, 2], draft_vocab_size=64, mask_token_id=95, projector="domino",
+              gru_hidden_size=64, bottleneck_size=32)
+    torch.manual_seed(0)
+    torch_init = Drafter(DrafterConfig.from_verifier(v.config, **kw))
+    torch.manual_seed(0)
+    hf = Drafter(DrafterConfig.from_verifier(v.config, init="hf", init_std=0.05, **kw))
+    linears = [n for n, m in hf.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    assert "fc" in linears and "head.down" in linears and "layers.1.mlp.down_proj" in linears
+    for n in linears:
+        w = hf.get_submodule(n).weight.detach()
+        assert abs(float(w.mean())) < 0.005 and float(w.std()) == pytest.approx(0.05, rel=0.1), n
+    assert float(torch_init.fc.weight.detach().std()) < 0.03  # PyTorch's kaiming-uniform for fan-in 512
+    for n in ("head.gru.weight_ih_l0", "hidden_norm.weight", "layers.0.input_layernorm.weight", "lm_head.weight"):
+        assert torch.equal(hf.get_parameter(n), torch_init.get_parameter(n)), n  # untouched by hf init
 
 
 def test_rope_frequencies_stay_float32_when_cast():

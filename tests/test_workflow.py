@@ -1,17 +1,12 @@
 """The Snakemake DAG: a dry run of the default, one real micro run, and what reruns after an edit."""
 
 import json
+import shlex
 from collections import Counter
-import os
-import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_JOBS, copy_repo, planned_jobs, run_snakemake
+from conftest import DEFAULT_JOBS, REPORT_COMMAND, copy_repo, planned_jobs, run_snakemake
 
 CHECKPOINTS = ["dflash-shift", "dflash-noshift", "domino"]
 
@@ -112,6 +107,16 @@ def test_every_stage_reads_exactly_the_keys_it_declares(micro_run):
             unread_by.update(unread(rec["declared"], set(rec["read"])))
         never = sorted(k for k, n in unread_by.items() if n == declared_by[k])
         assert never == [], (stage, never)
+
+
+def test_html_report(micro_run):
+    """The README's --report command on a finished run: one offline HTML file with the plots."""
+    args = shlex.split(REPORT_COMMAND)[3:]  # after "snakemake --cores 1"
+    run_snakemake(micro_run, *args, "--configfile", "config.yaml", "micro.yaml")
+    html = (micro_run / "reports" / "report.html").read_text(errors="replace")
+    assert len(html) > 100_000
+    for name in ("acceptance_per_position.png", "conditional_acceptance.png", "model_card.md"):
+        assert name in html, name
 
 
 def _edit(repo, text):

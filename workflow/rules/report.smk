@@ -1,13 +1,20 @@
+from domino.plots import PLOTS  # the plots' file names: the card links to them
+
+
 rule report:
     input:
         summary="results/prepare_data/summary.json",
         validate=expand("results/validate/{checkpoint}.json", checkpoint=CHECKPOINTS),
         benchmark=expand("results/benchmark/{run}.json", run=RUNS),
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),
+        drafter_config="results/train/domino/checkpoint/drafter_config.json",  # the card's drafter shape
         vllm=vllm_outputs,
     output:
-        card="reports/model_card.md",
-        reproduction="reports/reproduction.md",
+        card=report("reports/model_card.md", caption="../report/model_card.rst", category="Model card"),
+        reproduction=report("reports/reproduction.md", caption="../report/reproduction.rst", category="Model card"),
+        # written beside the card by the same job; declared so that Snakemake's HTML report shows them
+        **{key: report(f"reports/{name}", caption=f"../report/{Path(name).stem}.rst", category="Plots")
+           for key, name in PLOTS.items()},
     params:
         config=stage_params("report"),
         results="results",

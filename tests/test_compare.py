@@ -1,0 +1,57 @@
+"""domino.compare: two runs, timing aside; only the differing paths are counted and named."""
+
+import json
+
+import pytest
+
+from domino import compare
+
+CARD = """| Stage | Wall time (s) |
+|-------|---------------|
+{rows}
+
+| Run | Tokens per step | Step cost (plain steps) | Speedup |
+|-----|-----------------|-------------------------|---------|
+| Domino | 2.10 | {cost} | {speedup} |
+"""
+
+
+def make_run(root, seconds=1.0, al=1.5, extra=None):
+    (root / "results" / "benchmark").mkdir(parents=True)
+    (root / "results" / "benchmark" / "domino.json").write_text(json.dumps(
+        {"summary": {"acceptance_length": al, "seconds": seconds, "tps": 10 / seconds, "plain_seconds": 2 * seconds,
+                     "speedup_interval": [0.9, 1.1]}, "prompts": [{"seconds": seconds, "new_token_ids": [1, 2]}]}))
+    (root / "results" / "train.txt").write_text("weights")
+    for name in extra or []:
+        (root / "results" / name).write_text("x")
+    (root / "reports").mkdir()
+    (root / "reports" / "model_card.md").write_text(CARD.format(rows=f"| train/domino | {seconds} |", cost=seconds,
+                                                                speedup=1 / seconds))
+    return root
+
+
+def test_timing_aside_two_runs_are_identical(tmp_path, capsys):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b", seconds=3.0)
+    assert compare.compare_runs(a, b) == []
+    with pytest.raises(SystemExit, match="0"):
+        compare.main([str(a), str(b)])
+    assert capsys.readouterr().out.strip() == "identical: 2 files under results/ and the card's tables, timing aside"
+
+
+def test_only_the_differing_paths_are_counted_and_named(tmp_path, capsys):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b", al=1.6, extra=["new.txt"])
+    diffs = compare.compare_runs(a, b)
+    assert diffs == ["results/new.txt only in B", "results/benchmark/domino.json differs"]
+    with pytest.raises(SystemExit, match="1"):
+        compare.main([str(a), str(b)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "DIFFERENT: 2 of 3 files under results/ and the card's tables differ, timing aside"
+    assert out[:2] == diffs
+
+
+def test_a_card_table_value_outside_timing_columns_differs(tmp_path):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b")
+    card = b / "reports" / "model_card.md"
+    card.write_text(card.read_text().replace("| Domino | 2.10 |", "| Domino | 2.20 |"))
+    (diff,) = compare.compare_runs(a, b)
+    assert diff.startswith("reports/model_card.md differs: tables differ in 1 rows")

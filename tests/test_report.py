@@ -1,0 +1,99 @@
+"""domino.report: the report stage end to end on the fixtures, per scale; provenance; stage times."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from config_builders import load, random_verifier_dir
+
+from domino import card, io, report
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results"
+# an absolute path: a slash at the start of a word, not inside a URL or a relative path
+ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/[\w.-]+/")
+
+
+@pytest.fixture
+def results(tmp_path):
+    dst = tmp_path / "results"
+    shutil.copytree(FIXTURE, dst)
+    io.write_json(dst / "prepare_data" / "summary.json", {"samples": 500, "data_sha256": "ab" * 32})
+    return dst
+
+
+def configs(tmp_path):
+    return {"embedded": load("config.yaml"), "card": load("config.yaml", "config/card.yaml"),
+            "card-offline": load("config.yaml", "config/card.yaml", "config/card-offline.yaml",
+                                 source=str(random_verifier_dir(tmp_path)))}
+
+
+@pytest.mark.parametrize("scale_name, base_model, datasets", [
+    ("embedded", None, None),
+    ("card", "Qwen/Qwen3-0.6B", ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"]),
+    ("card-offline", None, None),
+])
+def test_front_matter_valid_per_scale_and_no_local_path(tmp_path, results, scale_name, base_model, datasets):
+    cfg = configs(tmp_path)[scale_name]
+    out = tmp_path / "reports"
+    report.build_report(cfg, results, out, bench_dir=None, log=lambda _: None, repo=tmp_path)
+    text, repro = (out / "model_card.md").read_text(), (out / "reproduction.md").read_text()
+    data = card.check_front_matter(text)
+    assert data.base_model == base_model and data.datasets == datasets
+    for doc in (text, repro):
+        assert str(tmp_path) not in doc and sys.executable not in doc and sys.prefix not in doc
+        assert not ABSOLUTE_PATH.search(doc), ABSOLUTE_PATH.search(doc)
+    if scale_name == "card-offline":
+        assert "random weights" in text.split("## Model Description")[0]
+        assert "random weights" in repro
+
+
+def test_git_commit_marks_a_dirty_checkout(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("commit", "-q", "-m", "c")
+    clean = report.git_commit(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{40}", clean)
+    (tmp_path / "untracked_output.txt").write_text("results are not changes")
+    assert report.git_commit(tmp_path) == clean
+    (tmp_path / "f.txt").write_text("b")
+    assert report.git_commit(tmp_path) == clean + "+dirty"
+    assert report.git_commit(tmp_path / "nowhere") == "unknown"
+
+
+def test_python_version_names_no_path():
+    v = report.python_version()
+    assert re.fullmatch(r"\w+ \d+\.\d+\.\d+\S*", v) and "/" not in v
+
+
+def test_stage_table_lists_the_card_stages_in_dag_order(tmp_path):
+    cfg = load("config.yaml")
+    bench = tmp_path / "benchmarks"
+    files = ["export/domino", "benchmark/domino", "train/domino", "prepare_data", "tokenizer", "something/else"]
+    for i, name in enumerate(files):
+        f = bench / f"{name}.tsv"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"s\th:m:s\n{i + 0.5}\t0:00:01\n")
+    seconds = report.stage_seconds(bench, report.card_stages(cfg))
+    assert list(seconds) == ["tokenizer", "prepare_data", "train/domino", "benchmark/domino"]  # no export row
+    assert seconds["train/domino"] == 2.5
+
+
+def test_card_stages_follow_the_config():
+    embedded, hub = report.card_stages(load("config.yaml")), report.card_stages(load("config.yaml", "config/card.yaml"))
+    assert embedded[:3] == ["tokenizer", "verifier", "prepare_data"] and hub[0] == "prepare_data"
+    assert embedded.index("train/domino") < embedded.index("validate/domino") < embedded.index("benchmark/domino")
+    assert not any(s.startswith("export/") for s in embedded)
+
+
+def test_hub_datasets_used():
+    assert report.hub_datasets_used(load("config.yaml")) == []
+    assert report.hub_datasets_used(load("config.yaml", "config/card.yaml")) == [
+        "Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"]

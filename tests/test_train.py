@@ -1,0 +1,243 @@
+"""Training pieces against hand-built cases: slot labels, anchors, validation accuracy, Muon's
+parameter groups, aux-state noise, and what an interrupted run says."""
+
+import signal
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+import domino.train as T
+from conftest import tiny_drafter, tiny_verifier
+from domino.model import Drafter
+from domino.train import (AuxNoise, Interrupted, PackedRows, TrainConfig, build_optimizers, draw_aux_noise,
+                          muon_parameter_names, slot_targets, train, valid_anchor_mask, validate)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# -----------------------------------------------------------------------------
+# slot labels and anchors
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_slot_k_label_and_loss_mask_position(shift):
+    """Slot k of the block at anchor a predicts position t = a + k + shift: its label is the
+    verifier's token stored at t - 1, its mask the loss mask at t (and the anchor's validity)."""
+    Tn = 12
+    batch = {"target": 100 + torch.arange(Tn)[None], "loss_mask": torch.ones(1, Tn, dtype=torch.bool)}
+    batch["loss_mask"][0, 5] = False
+    anchors = torch.tensor([[2, 6]])
+    ok = torch.tensor([[True, False]])  # the second anchor is padding
+    tgt, mask = slot_targets(batch, anchors, ok, 3, shift)
+    if shift:  # t = 3, 4, 5 and 7, 8, 9
+        assert tgt.tolist() == [[[102, 103, 104], [106, 107, 108]]]
+        assert mask.tolist() == [[[True, True, False], [False, False, False]]]
+    else:  # t = 2, 3, 4 and 6, 7, 8
+        assert tgt.tolist() == [[[101, 102, 103], [105, 106, 107]]]
+        assert mask.tolist() == [[[True, True, True], [False, False, False]]]
+
+
+def test_valid_anchors_at_document_boundaries_and_the_row_end():
+    # doc 0 at rows 0..4, doc 1 at 5..10, padding at 11..12; block size 2
+    doc_ids = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, -1, -1]])
+    loss_mask = torch.ones_like(doc_ids, dtype=torch.bool)
+    valid = valid_anchor_mask(doc_ids, loss_mask, 2)[0]
+    # 0: no context; 3, 4: a+2 leaves doc 0; 5: no context in doc 1; 9, 10: a+2 is padding
+    assert valid.nonzero().flatten().tolist() == [1, 2, 6, 7, 8]
+    loss_mask[0, 3] = False  # a+1 must be an assistant token
+    assert valid_anchor_mask(doc_ids, loss_mask, 2)[0].nonzero().flatten().tolist() == [1, 6, 7, 8]
+    # one document filling the row: the last anchor leaves a+B = T-1 inside the row
+    full = valid_anchor_mask(torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.bool), 2)[0]
+    assert full.nonzero().flatten().tolist() == [1, 2, 3, 4, 5]
+    assert not valid_anchor_mask(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 2).any()
+
+
+# -----------------------------------------------------------------------------
+# validation
+
+
+def _two_doc_features():
+    """Doc A (9 tokens, a user turn at 0..2 and 5) and doc B (7 tokens); one packed row of 16.
+    ``target[i]`` is ``input_ids[i+1]``: a verifier that predicts the text exactly."""
+    ids = (7 * torch.arange(16) + 3) % 50  # distinct tokens
+    mask = torch.tensor([0, 0, 0, 1, 1, 0, 1, 1, 1] + [0, 0, 1, 1, 1, 1, 1], dtype=torch.bool)
+    return {"input_ids": ids, "loss_mask": mask, "aux": torch.zeros(16, 4), "offsets": torch.tensor([0, 9, 16]),
+            "target": torch.cat([ids[1:], ids[:1]])}
+
+
+class SlotOracle(nn.Module):
+    """Final logits right at the slots in ``right`` (they name x[a+k+shift]), wrong elsewhere;
+    base logits always wrong."""
+
+    def __init__(self, shift: bool, right: set, block_size=3, vocab=50):
+        super().__init__()
+        self.cfg = SimpleNamespace(block_size=block_size, shift_label=shift, first_draft_slot=0 if shift else 1,
+                                   projector="dflash")
+        self.fc, self.head, self.right, self.vocab = nn.Linear(1, 1), None, right, vocab
+
+    def forward_train(self, input_ids, position_ids, doc_ids, aux, anchors):
+        B = self.cfg.block_size
+        t = (anchors[..., None] + torch.arange(B) + int(self.cfg.shift_label)).clamp(max=input_ids.shape[1] - 1)
+        truth = input_ids.gather(1, t.flatten(1)).view(t.shape)  # (R, N, B)
+        wrong = (truth + 1) % self.vocab
+        right = torch.tensor([k in self.right for k in range(B)])
+        final = torch.where(right, truth, wrong)
+        return (10.0 * nn.functional.one_hot(wrong, self.vocab).float(),
+                10.0 * nn.functional.one_hot(final, self.vocab).float())
+
+
+@pytest.mark.parametrize("shift,weighting,counts,first_trained", [
+    (True, "classic", [6, 5, 5], None),  # DFlash shift: slot 0 (a+1) has weight 0
+    (False, "classic", [3, 6, 5], 1),    # DFlash noshift: slot 1 is a+1
+    (True, "shifted", [6, 5, 5], 0),     # Domino: slot 0 is a+1, weight 1
+])
+def test_validate_per_slot_and_overall_accuracy(shift, weighting, counts, first_trained):
+    """Valid anchors (hand-counted): doc A at 2, 3, 5, doc B at 9+1, 9+2, 9+3. Slot 0 alone is
+    right. ``overall`` pools the drafting slots whatever their weight: DFlash shift's untrained
+    slot 0 counts, the noshift anchor slot does not."""
+    cfg = TrainConfig(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0, weighting=weighting)
+    res = validate(SlotOracle(shift, {0}), _two_doc_features(), cfg)
+    assert [s["count"] for s in res["per_slot"]] == counts
+    assert [s["final_acc"] for s in res["per_slot"]] == [1.0, 0.0, 0.0]
+    assert [s["base_acc"] for s in res["per_slot"]] == [0.0, 0.0, 0.0]
+    assert [s["target"] for s in res["per_slot"]] == (["a+1", "a+2", "a+3"] if shift else ["a", "a+1", "a+2"])
+    draft_counts = counts if shift else counts[1:]
+    assert res["overall"]["count"] == sum(draft_counts)
+    assert res["overall"]["final_acc"] == pytest.approx((counts[0] if shift else 0) / sum(draft_counts))
+    assert res["overall"]["base_acc"] == 0.0
+    assert res["anchors"] == 6 and res["rows"] == 1
+    assert res["first_trained_slot"] == first_trained
+    expected_first = None if first_trained is None else [1.0, 0.0, 0.0][first_trained]
+    assert res["first_trained_accuracy"] == expected_first
+
+
+# -----------------------------------------------------------------------------
+# optimizers
+
+MATRICES = {"fc.weight", "head.gru.weight_ih_l0", "head.gru.weight_hh_l0", "head.down.weight", "head.up.weight"} | {
+    f"layers.{i}.{m}.weight" for i in range(2) for m in (
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+
+
+def test_muon_takes_the_2d_matrices_except_embedding_and_lm_head():
+    d = tiny_drafter(tiny_verifier(), projector="domino").float()
+    d.embed_tokens.weight.requires_grad_(True)  # trainable here to show the rule, frozen in real runs
+    d.lm_head.weight.requires_grad_(True)
+    assert set(muon_parameter_names(d)) == MATRICES
+    cfg = TrainConfig(lr=1e-3, optimizer="muon", weight_decay=0.01)
+    opts = build_optimizers(d, cfg)
+    (muon, muon_scale), (adamw, adamw_scale) = opts.parts
+    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    names = {id(p): n for n, p in d.named_parameters()}
+    assert {names[id(p)] for p in muon.param_groups[0]["params"]} == MATRICES
+    rest = {names[id(p)] for p in adamw.param_groups[0]["params"]}
+    assert "embed_tokens.weight" in rest and "lm_head.weight" in rest
+    assert all(n.endswith("norm.weight") for n in rest - {"embed_tokens.weight", "lm_head.weight"})
+    assert len(rest) + len(MATRICES) == sum(p.requires_grad for p in d.parameters())
+    g = muon.param_groups[0]
+    assert (g["momentum"], g["weight_decay"], g["ns_steps"], g["adjust_lr_fn"]) == (0.95, 0.1, 5, "match_rms_adamw")
+    assert adamw.param_groups[0]["weight_decay"] == 0.01
+    opts.set_lr(2e-4)
+    assert (muon_scale, adamw_scale) == (10.0, 1.0)
+    assert muon.param_groups[0]["lr"] == pytest.approx(2e-3) and adamw.param_groups[0]["lr"] == 2e-4
+
+
+def test_adamw_is_one_optimizer_over_every_trainable_parameter():
+    d = tiny_drafter(tiny_verifier(), projector="domino").float()
+    (opt, scale), = build_optimizers(d, TrainConfig(lr=1e-3)).parts
+    assert type(opt) is torch.optim.AdamW and scale == 1.0 and len(opt.param_groups) == 1
+    assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in d.parameters() if p.requires_grad]
+
+
+def _features(n_docs=6, seed=0, aux_dim=3 * 64):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(20, 40, (n_docs,), generator=g)
+    n = int(lengths.sum())
+    return {"input_ids": torch.randint(0, 95, (n,), generator=g), "loss_mask": torch.rand(n, generator=g) > 0.3,
+            "aux": torch.randn(n, aux_dim, generator=g), "target": torch.randint(0, 64, (n,), generator=g),
+            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])}
+
+
+CFG = TrainConfig(epochs=2, lr=3e-3, warmup_steps=1, anchors_per_row=4, pack_len=64, checkpoint_every=100,
+                  optimizer="muon", noise="uniform", noise_scale=0.05)
+
+
+def test_muon_run_resumes_bitwise(tmp_path):
+    init = tmp_path / "init"
+    tiny_drafter(tiny_verifier(), projector="domino").float().save(init)
+    feats = _features()
+    ref = Drafter.load(init)
+    s = train(ref, feats, CFG, tmp_path / "ref", log=lambda m: None)
+    assert s["complete"] and s["steps"] >= 4
+    first = Drafter.load(init)
+    assert train(first, feats, CFG, tmp_path / "run", log=lambda m: None, max_steps=2)["steps"] == 2
+    again = Drafter.load(init)
+    train(again, feats, CFG, tmp_path / "run", log=lambda m: None)
+    for k, v in ref.state_dict().items():
+        assert torch.equal(again.state_dict()[k], v), k
+    assert not torch.equal(ref.fc.weight, Drafter.load(init).fc.weight)  # it did train
+
+
+# -----------------------------------------------------------------------------
+# noise
+
+
+def test_uniform_noise_stays_within_its_bounds():
+    x = draw_aux_noise((200_000,), AuxNoise("uniform", 0.05), torch.Generator().manual_seed(0))
+    assert x.abs().max() <= 0.05 and x.min() < -0.0499 and x.max() > 0.0499
+    assert abs(float(x.mean())) < 1e-3
+    assert float(x.std()) == pytest.approx(0.05 / 3 ** 0.5, rel=0.01)  # uniform on [-s, s]: std s / sqrt(3)
+    gauss = draw_aux_noise((200_000,), AuxNoise("gaussian", 0.05), torch.Generator().manual_seed(0))
+    assert float(gauss.std()) == pytest.approx(0.05, rel=0.01)
+
+
+def test_noise_on_packed_rows_and_the_old_noise_std():
+    feats = _features()
+    rows = PackedRows(feats, 64)
+    clean = rows.batch([0, 1])
+    assert clean["aux"].dtype == feats["aux"].dtype
+    noisy = rows.batch([0, 1], TrainConfig(noise="uniform", noise_scale=0.05).aux_noise, (0, 2, 7))
+    delta = noisy["aux"] - clean["aux"]
+    assert 0 < delta.abs().max() <= 0.05
+    assert torch.equal(rows.batch([1], AuxNoise("uniform", 0.05), (0, 2, 7))["aux"][0], noisy["aux"][1])  # per row
+    # the old spelling draws the same Gaussian numbers as before: scale x randn of the row's generator
+    old = rows.batch([1], TrainConfig(noise_std=0.05).aux_noise, (0, 2, 7))
+    assert TrainConfig(noise_std=0.05).aux_noise == TrainConfig(noise="gaussian", noise_scale=0.05).aux_noise
+    expected = clean["aux"][1] + 0.05 * torch.randn(clean["aux"][1].shape, generator=T._generator(0, 2, 7, 1))
+    assert torch.equal(old["aux"][0], expected)
+    assert TrainConfig().aux_noise == AuxNoise("none", 0.0) and not TrainConfig().aux_noise.active
+    with pytest.raises(ValueError, match="noise_std is the old spelling"):
+        TrainConfig(noise_std=0.05, noise="uniform")
+    with pytest.raises(ValueError, match="train.optimizer: 'sgd' is not allowed"):
+        TrainConfig(optimizer="sgd")
+
+
+# -----------------------------------------------------------------------------
+# interruption
+
+
+def test_an_interrupted_run_saves_and_says_how_to_resume(tmp_path, monkeypatch):
+    init = tmp_path / "init"
+    tiny_drafter(tiny_verifier(), projector="dflash").float().save(init)
+    orig = T.compute_losses
+
+    def interrupted_at_step_1(drafter, batch, cfg, step_seed, *a, **k):
+        if step_seed[2] == 1:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C while step 1 is under way
+        return orig(drafter, batch, cfg, step_seed, *a, **k)
+
+    monkeypatch.setattr(T, "compute_losses", interrupted_at_step_1)
+    out = tmp_path / "run"
+    cfg = replace(CFG, optimizer="adamw")
+    with pytest.raises(Interrupted) as info:
+        train(Drafter.load(init), _features(), cfg, out, log=lambda m: None)
+    msg = str(info.value)
+    state = out / "state" / "state.pt"
+    assert "\n" not in msg and msg.startswith("interrupted at step 2 of ")
+    assert str(state) in msg and "rerun the same snakemake command" in msg
+    assert torch.load(state, weights_only=False)["step"] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back

@@ -1,0 +1,62 @@
+"""domino.verifier: which verifiers load, the embedded verifier's shape, and the aux capture's
+use. (The aux-id convention itself is tested in test_model.py, next to the drafter that reads it.)"""
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from conftest import tiny_verifier
+from domino.verifier import AuxCapture, VerifierError, build_embedded_verifier, load_verifier, train_tokenizer
+
+TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks."] * 20
+EMBEDDED = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 256}
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama")
+    LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1).save_pretrained(d)
+    return d
+
+
+@pytest.mark.parametrize("where,dtype,match", [
+    ("", "float32", "model_type is 'llama'.*needs a Qwen3"),
+    ("nowhere", "float32", "cannot load the verifier from"),
+    ("", "float64", r"verifier dtype must be one of \['bfloat16', 'float16', 'float32'\], got 'float64'"),
+])
+def test_unusable_verifiers_are_refused(llama_dir, where, dtype, match):
+    with pytest.raises(VerifierError, match=match):
+        load_verifier(str(llama_dir / where), dtype=dtype)
+
+
+def test_embedded_verifier_has_the_configured_shape(tmp_path):
+    """The config's ``verifier.embedded`` shape over the tokenizer's vocabulary, tied embeddings,
+    rope_theta 1e4, and <|im_end|> as its end of sequence."""
+    tok = train_tokenizer(TEXTS, 300, tmp_path)
+    model = build_embedded_verifier(tok, EMBEDDED)
+    c = model.config
+    assert (c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+            c.head_dim, c.max_position_embeddings) == tuple(EMBEDDED.values())
+    assert c.vocab_size == len(tok) == 300  # the BPE vocabulary with the ChatML specials and <|MASK|>
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert c.rope_parameters["rope_theta"] == 10000.0
+    assert c.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>") and c.pad_token_id == tok.pad_token_id
+    assert c.architectures == ["Qwen3ForCausalLM"] and c.model_type == "qwen3"
+
+
+def test_aux_capture_of_the_last_layer_needs_a_forward_first():
+    v = tiny_verifier(layers=2)
+    L = v.config.num_hidden_layers
+    with AuxCapture(v, [0, L]) as cap:
+        with pytest.raises(RuntimeError, match="before a verifier forward inside its with-block"):
+            cap.aux(())
+        out = v.model(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+        aux = cap.aux(out.hidden_states)
+    H = v.config.hidden_size
+    assert aux.shape == (1, 3, 2 * H)
+    # the hook is gone after the block: a later forward leaves the captured last layer as it was
+    later = v.model(input_ids=torch.tensor([[4, 5, 6]]), output_hidden_states=True)
+    torch.testing.assert_close(cap.aux(later.hidden_states)[..., H:], aux[..., H:])
+    assert not torch.allclose(later.hidden_states[0], aux[..., :H])
