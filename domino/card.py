@@ -19,6 +19,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from . import io
+from .card_tables import (Estimate, compare, conditional_estimates, estimate, position_estimates, tail_estimate,
+                          teacher_forced_vs_served)
 from .io import read_json, write_text
 from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
@@ -34,8 +36,10 @@ TEMPLATES = Path(__file__).parent / "templates"
 CARD_INFO_KEYS = (
     "model_name", "verifier", "base_model", "dataset",
     "samples", "seq_len", "epochs", "lr", "warmup_steps", "lr_schedule", "lambda0", "lambda_ratio",
-    "gamma", "optimizer", "anchors_per_row", "training_hardware", "scale", "license", "datasets",
+    "gamma", "optimizer", "noise", "attention_window", "init", "anchors_per_row", "training_hardware", "scale",
+    "license", "datasets",
 )
+PROMPT_KEYS = ("task_id", "prompt_token_ids", "accepted_per_step", "seconds", "plain_seconds")  # kept for pairing
 PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "python", "stage_seconds")
 
 _VALIDATE_KEYS = ("projector", "shift_label", "first_trained_slot", "first_trained_accuracy", "per_slot", "overall", "anchors")
@@ -74,13 +78,38 @@ def _paired_plain_seconds(bench: dict) -> float | None:
     return None
 
 
-def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=()) -> dict:
+def _read_benchmark(p: Path) -> dict:
+    """A benchmark or sampling results file: protocol, summary and, of the per-prompt records, the
+    fields a paired comparison reads (``PROMPT_KEYS``, those present)."""
+    bench = _require(read_json(p), ("protocol", "summary"), p)
+    _require(bench["summary"], _SUMMARY_KEYS, p)
+    prompts = [{k: r[k] for k in PROMPT_KEYS if k in r} for r in bench.get("prompts") or []]
+    return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
+            "path": str(p), "prompts": prompts, "paired_plain_seconds": _paired_plain_seconds(bench)}
+
+
+def _one_protocol(runs: dict, what: str) -> None:
+    protocols = [b["protocol"] for b in runs.values()]
+    if any(p != protocols[0] for p in protocols):
+        paths = ", ".join(b["path"] for b in runs.values())
+        raise ValueError(f"{what} protocols differ between {paths}; the card needs one protocol")
+
+
+def sampling_dir(temperature: float) -> str:
+    """``results/sampling/`` folder of a temperature, as the workflow names it (``T0.6``)."""
+    return f"T{temperature:g}"
+
+
+def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,)) -> dict:
     """Read every results file the card needs (docs/results.md); raise naming any bad file.
 
-    ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
-    ``results/vllm_benchmark/{run}.json``; "baseline" must be among them."""
+    ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
+    among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
+    ``results/vllm_benchmark/{run}.json``; "baseline" must be among them. ``temperatures``
+    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``."""
     root = Path(results_dir)
-    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {}}
+    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
+           "sampling": {}}
     for ckpt in checkpoints:
         p = root / "validate" / f"{ckpt}.json"
         out["validate"][ckpt] = _require(read_json(p), _VALIDATE_KEYS, p)
@@ -94,16 +123,13 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=()) -> di
         p = train / "checkpoint" / "drafter_config.json"
         out["drafter_config"][ckpt] = _require(read_json(p), _DRAFTER_KEYS, p)
     for run in ("baseline", *checkpoints):
-        p = root / "benchmark" / f"{run}.json"
-        bench = _require(read_json(p), ("protocol", "summary"), p)
-        _require(bench["summary"], _SUMMARY_KEYS, p)
-        # keep protocol and summary; of the per-prompt records only the paired plain time, if recorded
-        out["benchmark"][run] = {"protocol": bench["protocol"], "summary": bench["summary"], "path": str(p),
-                                 "paired_plain_seconds": _paired_plain_seconds(bench)}
-    protocols = {run: b["protocol"] for run, b in out["benchmark"].items()}
-    if any(p != protocols["baseline"] for p in protocols.values()):
-        paths = ", ".join(b["path"] for b in out["benchmark"].values())
-        raise ValueError(f"benchmark protocols differ between {paths}; the card needs one protocol")
+        out["benchmark"][run] = _read_benchmark(root / "benchmark" / f"{run}.json")
+    _one_protocol(out["benchmark"], "benchmark")
+    for t in sorted(t for t in temperatures if t > 0):
+        runs = {run: _read_benchmark(root / "sampling" / sampling_dir(t) / f"{run}.json")
+                for run in ("baseline", *checkpoints)}
+        _one_protocol(runs, f"sampling (T = {t:g})")
+        out["sampling"][t] = runs
     if vllm_runs and "baseline" not in vllm_runs:
         raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
     for run in vllm_runs:
@@ -178,11 +204,24 @@ def times(x):
     return f"{_num(x):.2f}×"
 
 
+INTERVAL_FORMATS = {"f3": f3, "f2": f2, "f1": f1, "pct": pct, "signed_pct": signed_pct, "times": times}
+
+
+def ci(est: Estimate | None, kind: str = "f3") -> str:
+    """An estimate and its 95% interval, both in format ``kind``: "2.156 [2.022, 2.308]"; "[n/a]"
+    when the results file has no interval, "n/a" when it lacks the figure itself."""
+    if est is None:
+        return "n/a"
+    fmt = INTERVAL_FORMATS[kind]
+    bounds = f"[{fmt(est.low)}, {fmt(est.high)}]" if est.has_interval else "[n/a]"
+    return f"{fmt(est.value)} {bounds}"
+
+
 def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
     env.filters.update(f3=f3, f2=f2, f1=f1, pct=pct, signed_pct=signed_pct, signed_pp=signed_pp,
-                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times)
+                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci)
     return env
 
 
@@ -232,6 +271,17 @@ def _pos_columns(per_pos: list[float]) -> list[float | None]:
     return head + [sum(per_pos[4:])]
 
 
+def _pos_estimates(bench: dict) -> list[Estimate | None]:
+    """``_pos_columns`` with intervals: the recorded ones for pos_0..pos_3, a derived one for pos_4+."""
+    per_pos = position_estimates(bench["summary"])
+    return [per_pos[i] if i < len(per_pos) else None for i in range(4)] + [tail_estimate(bench, 4)]
+
+
+def _first_slot_accuracy(v: dict) -> float | None:
+    """Final teacher-forced accuracy of the slot that predicts a+1 (slot 0 shifted, slot 1 not)."""
+    return next((s["final_acc"] for s in v["per_slot"] if s["target"] == "a+1"), None)
+
+
 def _conditional(summary: dict) -> list[float | None]:
     """Conditional acceptance, None where the previous position was never accepted (undefined)."""
     per_pos, cond = summary["per_position_acceptance"], summary["conditional_acceptance"]
@@ -246,17 +296,21 @@ def _first_trained(v: dict) -> dict | None:
 
 
 def _checkpoint_row(res: dict, ckpt: str) -> dict:
-    s, v, ref = res["benchmark"][ckpt]["summary"], res["validate"][ckpt], res["benchmark"][COMPARE_TO]["summary"]
+    bench, ref_bench = res["benchmark"][ckpt], res["benchmark"][COMPARE_TO]
+    s, v = bench["summary"], res["validate"][ckpt]
     train = res["train_summary"][ckpt]
+    vs_ref = None if ckpt == COMPARE_TO else compare(bench, ref_bench)
     return {
+        "al_est": estimate(s, "acceptance_length"), "al_prompt_mean": estimate(s, "acceptance_length_per_prompt_mean"),
+        "tps_est": estimate(s, "tps"), "plain_tps": estimate(s, "plain_tps"), "speedup_est": estimate(s, "speedup"),
+        "pos_est": _pos_estimates(bench), "cond_est": conditional_estimates(bench), "vs_ref": vs_ref,
+        "first_slot_acc": _first_slot_accuracy(v), "tf": teacher_forced_vs_served(v, bench),
         "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
         "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
         "al": s["acceptance_length"], "tps": s["tps"], "speedup": s["speedup"],
         "matches_baseline": s["matches_baseline"], "drafts": s["drafts_per_step"],
         "near_ties": len(s.get("near_tie_divergences") or []), "tie_tolerance": s.get("tie_tolerance"),
         "is_ref": ckpt == COMPARE_TO,
-        "d_al": s["acceptance_length"] / ref["acceptance_length"] - 1,
-        "d_tps": s["tps"] / ref["tps"] - 1,
         "pos": _pos_columns(s["per_position_acceptance"]),
         "cond": _conditional(s),
         "cond_steps": steps_behind_conditional(s),
@@ -265,7 +319,7 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
     }
 
 
-def _check_inputs(res: dict, card_info: dict, provenance: dict) -> None:
+def _check_inputs(res: dict, card_info: dict, provenance: dict, changes: dict) -> None:
     missing = [k for k in CARD_INFO_KEYS if k not in card_info]
     if missing:
         raise ValueError(f"card_info lacks {', '.join(missing)}")
@@ -277,6 +331,10 @@ def _check_inputs(res: dict, card_info: dict, provenance: dict) -> None:
     for needed in ("domino", COMPARE_TO):
         if needed not in res["validate"]:
             raise ValueError(f"the card needs the {needed!r} checkpoint; got {list(res['validate'])}")
+    undescribed = [c for c in res["validate"] if c not in CHECKPOINTS and c not in changes]
+    if undescribed:
+        raise ValueError(f"the Ablations table needs what {', '.join(undescribed)} change(s) relative to Domino "
+                         "(render_card's changes)")
 
 
 def _validation_column_note() -> dict:
@@ -286,13 +344,66 @@ def _validation_column_note() -> dict:
             "column_mean": statistics.mean(v["base_acc"]), "overall": v["overall"]}
 
 
-def _context(res: dict, card_info: dict, provenance: dict) -> dict:
-    _check_inputs(res, card_info, provenance)
-    rows = [_checkpoint_row(res, ckpt) for ckpt in res["validate"]]
-    by = {r["name"]: r for r in rows}
-    dom, noshift = by["domino"], by[COMPARE_TO]
+def _domino_vs_dflash(res: dict, rows: list[dict]) -> list[dict]:
+    """Domino against each DFlash row of the card: paired relative differences."""
+    dom = res["benchmark"]["domino"]
+    return [{"label": f"Domino vs {r['label']}", "vs": r["label"], "cmp": compare(dom, res["benchmark"][r["name"]])}
+            for r in rows if r["projector"] == "dflash"]
+
+
+def _ablation_rows(res: dict, by_name: dict, changes: dict) -> list[dict] | None:
+    """Every configured variant (the card's rows first) beside Domino; None without an extra variant."""
+    if all(c in CHECKPOINTS for c in by_name):
+        return None
+    dom = res["benchmark"]["domino"]
+    order = [c for c in CHECKPOINTS if c in by_name] + [c for c in by_name if c not in CHECKPOINTS]
+    return [{**by_name[c], "changes": "(reference)" if c == "domino" else changes.get(c) or "—",
+             "vs_domino": None if c == "domino" else compare(res["benchmark"][c], dom).acceptance_length}
+            for c in order]
+
+
+def _sampling_rows(res: dict, names: list[str], temperatures) -> list[dict] | None:
+    """Per temperature (T = 0 from the greedy files) and checkpoint: AL, per-position acceptance
+    and paired speedup; None when only greedy decoding was run."""
+    if not res["sampling"]:
+        return None
+    runs = {0.0: res["benchmark"], **res["sampling"]}
+    out = []
+    for t in sorted(runs if 0 in temperatures else res["sampling"]):
+        for c in names:
+            b = runs[t][c]
+            out.append({"temperature": t, "label": LABELS.get(c, c), "al": estimate(b["summary"], "acceptance_length"),
+                        "pos": _pos_estimates(b), "speedup": estimate(b["summary"], "speedup")})
+    decoding = {t: runs[t]["baseline"]["protocol"]["decoding"] for t in res["sampling"]}
+    return {"rows": out, "decoding": decoding}
+
+
+def _tf_table(rows: list[dict]) -> list[dict]:
+    """Per drafted position: each row's (teacher-forced accuracy, served conditional acceptance);
+    None where the checkpoint drafts no such position."""
+    depth = max(len(r["tf"].positions) for r in rows)
+    return [{"position": i, "target": f"a+{i + 1}",
+             "cells": [r["tf"].positions[i] if i < len(r["tf"].positions) else None for r in rows]}
+            for i in range(depth)]
+
+
+def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None = None,
+             temperatures=(0,)) -> dict:
+    """``changes``: for each variant beyond the card's three, what it changes relative to Domino
+    (``report.variant_changes``)."""
+    changes = changes or {}
+    _check_inputs(res, card_info, provenance, changes)
+    by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
+    rows = [by_name[c] for c in CHECKPOINTS if c in by_name]  # the seed tables keep the card's three rows
+    dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     return {
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
+        "domino_vs": _domino_vs_dflash(res, rows), "ablations": _ablation_rows(res, by_name, changes),
+        "sampling": _sampling_rows(res, list(by_name), temperatures),
+        "boot": res["benchmark"]["domino"]["summary"].get("bootstrap"),
+        "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in CHECKPOINTS] + [
+            r for c, r in by_name.items() if c not in CHECKPOINTS],
+        "baseline_row": {"tps": estimate(res["benchmark"]["baseline"]["summary"], "tps")},
         "cfg": res["drafter_config"]["domino"],  # the verifier's shape, as the drafter was built for it
         "a1_ratio": dom["pos"][0] / noshift["pos"][0] if noshift["pos"][0] else None,
         "baseline": res["benchmark"]["baseline"]["summary"], "baseline_label": LABELS["baseline"],
@@ -303,7 +414,7 @@ def _context(res: dict, card_info: dict, provenance: dict) -> dict:
         "any_few_steps": any(n < MIN_STEPS for n in dom["cond_steps"]),
         "total_seconds": sum(provenance["stage_seconds"].values()),
         "scale": card_info["scale"], "scale_sentence": card_info["scale"].sentence(),
-        "same_budget": len({(r["steps"], r["epochs"]) for r in rows}) == 1,
+        "same_budget": len({(r["steps"], r["epochs"]) for r in by_name.values()}) == 1,
         "vllm": _vllm_rows(res["vllm"]), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
         "published": SEED_SETTINGS,
     }
@@ -408,14 +519,17 @@ class CardPaths(NamedTuple):
 
 
 def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, provenance: dict,
-                vllm_runs=()) -> list[Path]:
+                vllm_runs=(), checkpoints=CHECKPOINTS, changes: dict | None = None, temperatures=(0,)) -> list[Path]:
     """Write the card, the reproduction report and the PNG plots; return their paths. ``out`` is
     a ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it).
 
+    ``checkpoints``: every configured variant; those beyond the card's three rows go into the
+    Ablations table, each described by ``changes[name]`` (what it changes relative to Domino).
+    ``temperatures``: ``benchmark.temperatures``; any T > 0 adds the speculative-sampling table.
     The front matter is validated (``check_front_matter``) before anything is written."""
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
-    res = load_results(Path(results_dir), vllm_runs=vllm_runs)
-    ctx = _context(res, card_info, provenance)
+    res = load_results(Path(results_dir), checkpoints, vllm_runs, temperatures)
+    ctx = _context(res, card_info, provenance, changes, temperatures)
     env = _env()
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
     check_front_matter(card)

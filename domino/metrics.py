@@ -6,6 +6,8 @@ also commits one token of the verifier's own (the bonus), hence ``AL = 1 + accep
 
 from __future__ import annotations
 
+from .stats import RESAMPLES, acceptance_length_per_prompt_mean, acceptance_length_pooled, per_position_acceptance
+
 
 def acceptance_summary(accepted_per_step: list[list[int]], drafts_per_step: int) -> dict:
     """Aggregate metrics over prompts.
@@ -46,6 +48,23 @@ def acceptance_from_counts(steps: int, accepted_per_position: list[int], drafts_
         prev = a
     return {"acceptance_length": 1.0 + accepted / steps, "per_position_acceptance": per_pos,
             "conditional_acceptance": cond, "steps": steps, "accepted": accepted}
+
+
+def acceptance_intervals(accepted_per_step: list[list[int]], drafts_per_step: int, resamples: int = RESAMPLES,
+                         seed: int = 0) -> dict:
+    """95% bootstrap intervals over prompts (``domino.stats``) for ``acceptance_summary``'s figures,
+    and the second acceptance-length definition.
+
+    Returns ``acceptance_length_ci`` ([low, high] of the pooled AL), ``acceptance_length_per_prompt_mean``
+    (the mean over prompts with a step of ``1 + accepted / steps``, z-lab's DFlash definition)
+    with ``acceptance_length_per_prompt_mean_ci``, and ``per_position_acceptance_ci`` (one
+    [low, high] per position)."""
+    pooled = acceptance_length_pooled(accepted_per_step, resamples, seed)
+    per_prompt = acceptance_length_per_prompt_mean(accepted_per_step, resamples, seed)
+    positions = per_position_acceptance(accepted_per_step, drafts_per_step, resamples, seed)
+    return {"acceptance_length_ci": pooled.bounds(), "acceptance_length_per_prompt_mean": per_prompt.estimate,
+            "acceptance_length_per_prompt_mean_ci": per_prompt.bounds(),
+            "per_position_acceptance_ci": [i.bounds() for i in positions]}
 
 
 def tokens_per_second(new_tokens: int, seconds: float) -> float:

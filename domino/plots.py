@@ -1,4 +1,4 @@
-"""The card's four plots, drawn from the results files (``card.load_results``) and the card's rows.
+"""The card's plots, drawn from the results files (``card.load_results``) and the card's rows.
 
 Each plot fits its axes to the data it shows. Conditional acceptance at position i is a ratio of
 step counts (steps accepting i+1 drafts over steps accepting i); it is drawn with its 95% Wilson
@@ -21,6 +21,7 @@ PLOTS = {
     "conditional": "conditional_acceptance.png",
     "loss": "training_loss.png",
     "lambda": "lambda_schedule.png",
+    "teacher_forced": "teacher_forced_vs_served.png",
 }
 MIN_STEPS = 100  # below this many steps a conditional ratio's 95% interval is wider than about +-10 pp
 FEW_STEPS_COLOR = "0.6"
@@ -176,8 +177,35 @@ def lambda_plot(res: dict, rows: list[dict]) -> Figure:
     return fig
 
 
+def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
+    """Per position, each row's teacher-forced accuracy (dashed) and served conditional acceptance
+    (solid, with its bootstrap interval where recorded); ``rows[i]["tf"]``: ``card_tables.TeacherForcedVsServed``."""
+    fig = Figure(figsize=(7.5, 4.6))
+    ax = fig.subplots()
+    for j, r in enumerate(rows):
+        t = r["tf"]
+        dx = (j - (len(rows) - 1) / 2) * 0.08
+        tf_line = ax.plot([p.position + dx for p in t.positions], [p.teacher_forced for p in t.positions], "--s",
+                          markersize=4, label=f"{r['label']} teacher-forced (implies AL {t.implied_al:.2f})")[0]
+        served = [p for p in t.positions if p.served is not None]
+        bounded = [p for p in served if p.served.has_interval]
+        yerr = None if len(bounded) < len(served) else [[p.served.value - p.served.low for p in served],
+                                                         [p.served.high - p.served.value for p in served]]
+        ax.errorbar([p.position + dx for p in served], [p.served.value for p in served], yerr=yerr, fmt="-o",
+                    capsize=3, color=tf_line.get_color(), label=f"{r['label']} served (AL {t.served_al.value:.2f})")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Teacher-forced accuracy (dashed) vs served conditional acceptance (solid, 95% interval)",
+                 fontsize=9)
+    ax.set_xlabel("Draft position i (token a+i+1)")
+    ax.set_ylabel("Accuracy / P(accept i | accept 0..i-1)")
+    ax.set_xticks(range(max(len(r["tf"].positions) for r in rows)))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below: the bars reach 1
+    return fig
+
+
 def write_plots(res: dict, rows: list[dict], out_dir: Path) -> list[Path]:
-    """Draw the four plots into ``out_dir`` (names in ``PLOTS``); ``rows``: the card's checkpoint rows."""
+    """Draw the plots into ``out_dir`` (names in ``PLOTS``); ``rows``: the card's checkpoint rows."""
     draw = {"acceptance": acceptance_plot, "conditional": conditional_plot, "loss": loss_plot,
-            "lambda": lambda_plot}
+            "lambda": lambda_plot, "teacher_forced": teacher_forced_plot}
     return [_save(draw[key](res, rows), Path(out_dir) / name) for key, name in PLOTS.items()]

@@ -11,7 +11,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from .card import CHECKPOINTS, CardPaths, render_card
+from .card import CHECKPOINTS, CardPaths, render_card, sampling_dir
 from .common import hardware
 from .config import config_sha256, vllm_runs
 from .io import read_json
@@ -29,6 +29,8 @@ def card_stages(cfg: dict) -> list[str]:
     stages += ["prepare_data", "extract_hidden_states/train", "extract_hidden_states/val"]
     stages += [f"train/{c}" for c in ckpts] + [f"validate/{c}" for c in ckpts]
     stages += ["benchmark/baseline"] + [f"benchmark/{c}" for c in ckpts]
+    for t in (t for t in cfg["benchmark"].get("temperatures", [0]) if t > 0):
+        stages += [f"sampling/{sampling_dir(t)}/{run}" for run in ("baseline", *ckpts)]
     if cfg.get("vllm", {}).get("benchmark"):
         served = vllm_runs(cfg)
         stages += [f"export/{r}" for r in served if r != "baseline"] + [f"vllm_benchmark/{r}" for r in served]
@@ -102,6 +104,61 @@ def hub_datasets_used(cfg: dict) -> list[str]:
     return used
 
 
+def optimizer_text(train: dict) -> str:
+    """What optimised the drafter, with its parameters (``train.optimizer``, config.yaml)."""
+    adamw = f"betas {tuple(train['betas'])}, weight decay {train['weight_decay']:g}"
+    if train["optimizer"] == "adamw":
+        return f"AdamW on every parameter ({adamw})"
+    return (f"Muon on the 2-D weight matrices except the embedding and lm_head (lr {train['muon_lr_scale']:g}× the "
+            f"scheduled lr, momentum {train['muon_momentum']:g}, weight decay {train['muon_weight_decay']:g}, "
+            f"{train['muon_ns_steps']} Newton-Schulz steps, adjust_lr_fn {train['muon_adjust_lr_fn']}); "
+            f"AdamW on the rest ({adamw})")
+
+
+def noise_text(train: dict) -> str:
+    """``train.noise`` / ``noise_scale``; the old spelling ``noise_std > 0`` means Gaussian noise."""
+    kind, scale = train.get("noise", "none"), train.get("noise_scale", 0.0)
+    if kind == "none" and train.get("noise_std", 0.0) > 0:
+        kind, scale = "gaussian", train["noise_std"]
+    return {"none": "none",
+            "uniform": f"uniform in [−{scale:g}, {scale:g}]",
+            "gaussian": f"Gaussian, standard deviation {scale:g}"}[kind]
+
+
+def attention_text(drafter: dict) -> str:
+    w = drafter.get("sliding_window")
+    return ("full: each block attends to the whole context before its anchor" if w is None
+            else f"sliding window: each block attends to the {w:,} context positions before its anchor")
+
+
+def init_text(drafter: dict) -> str:
+    if drafter.get("init", "pytorch") == "hf":
+        return f"Hugging Face: normal(0, {drafter['init_std']:g}) for the trainable Linear weights"
+    return "PyTorch's default initialisation of each layer"
+
+
+def _setting(value) -> str:
+    """A config value as the card prints it: YAML spelling for booleans and null."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def variant_changes(cfg: dict, name: str, reference: str = "domino") -> str:
+    """What the ``checkpoints:`` entry ``name`` changes relative to ``reference``, computed from the
+    two entries: projector, shift_label and weighting, then every ``drafter.*`` / ``train.*`` key
+    whose value after the entry's overrides differs, e.g. "drafter.correct_from 0" or
+    "projector dflash, shift_label false, weighting classic". "no change" when none differs."""
+    ckpts = cfg["checkpoints"]
+    a, ref = ckpts[name], ckpts[reference]
+    out = [f"{k} {_setting(a[k])}" for k in ("projector", "shift_label", "weighting") if a[k] != ref[k]]
+    for section in ("drafter", "train"):
+        mine, theirs = {**cfg[section], **(a.get(section) or {})}, {**cfg[section], **(ref.get(section) or {})}
+        out += [f"{section}.{k} {_setting(mine.get(k))}" for k in sorted(set(mine) | set(theirs))
+                if mine.get(k) != theirs.get(k)]
+    return ", ".join(out) or "no change"
+
+
 def card_info(cfg: dict, results: Path) -> dict:
     """The run's facts the card prints, from the validated config and the results files."""
     results = Path(results)
@@ -127,7 +184,10 @@ def card_info(cfg: dict, results: Path) -> dict:
         "lambda0": t["lambda0"],
         "lambda_ratio": t["lambda_ratio"],
         "gamma": t["gamma"],
-        "optimizer": f"AdamW (betas {tuple(t['betas'])}, weight decay {t['weight_decay']})",
+        "optimizer": optimizer_text(t),
+        "noise": noise_text(t),
+        "attention_window": attention_text(cfg["drafter"]),
+        "init": init_text(cfg["drafter"]),
         "anchors_per_row": t["anchors_per_row"],
         "training_hardware": cfg["report"].get("training_hardware") or hardware(),
         "scale": scale_statement(cfg, run_settings(cfg, data, drafter, protocol), protocol["hardware"]),
@@ -144,8 +204,11 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
     ``repo``: the checkout whose commit the card records (the workflow directory)."""
     results = Path(results_dir)
     served = vllm_runs(cfg) if cfg.get("vllm", {}).get("benchmark") else []
+    ckpts = list(cfg["checkpoints"])
+    changes = {c: variant_changes(cfg, c) for c in ckpts if c != "domino"}
     paths = render_card(results, out, card_info(cfg, results), provenance(cfg, bench_dir, results, repo),
-                        vllm_runs=served)
+                        vllm_runs=served, checkpoints=ckpts, changes=changes,
+                        temperatures=cfg["benchmark"].get("temperatures", [0]))
     for p in paths:
         log(f"wrote {p}")
     return paths

@@ -274,17 +274,16 @@ def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: s
     log(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
 
 
-_BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking")
+_BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.dataset",
+              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template")
 
 
-@stage("benchmark_baseline", (*_BENCHMARK, "benchmark.dataset", "benchmark.max_prompts", "benchmark.max_new_tokens",
-                              "benchmark.chat_template"),
-       {"verifier": "param", "out": "output"})
+@stage("benchmark_baseline", _BENCHMARK, {"verifier": "param", "out": "output"})
 def benchmark_baseline(cfg: StageConfig, verifier: str, out: str) -> None:
     bench.run_benchmark(cfg, "baseline", verifier, None, None, out, log=log)
 
 
-@stage("benchmark", (*_BENCHMARK, "benchmark"),
+@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"),
        {"run": "wildcard", "verifier": "param", "checkpoint_dir": "param", "baseline": "input", "out": "output"})
 def benchmark(cfg: StageConfig, run: str, verifier: str, checkpoint_dir: str, baseline: str, out: str) -> None:
     bench.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=log)
@@ -296,6 +295,23 @@ def export(cfg: StageConfig, checkpoint_dir: str, out: str) -> None:
     c = export_speculators(checkpoint_dir, out, cfg["verifier.name"], dtype=cfg["verifier.dtype"])
     log(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
         f"{c['speculators_config']['proposal_methods'][0]['speculative_tokens']} speculative tokens, {c['dtype']})")
+
+
+_SAMPLING = (*_BENCHMARK, "benchmark.top_p")
+
+
+@stage("sampling_baseline", _SAMPLING, {"temperature": "wildcard", "verifier": "param", "out": "output"})
+def sampling_baseline(cfg: StageConfig, temperature: str, verifier: str, out: str) -> None:
+    bench.run_benchmark(cfg, "baseline", verifier, None, None, out, log=log, temperature=float(temperature))
+
+
+@stage("sampling", _SAMPLING, {"temperature": "wildcard", "run": "wildcard", "verifier": "param",
+                               "checkpoint_dir": "param", "baseline": "input", "out": "output"})
+def sampling(cfg: StageConfig, temperature: str, run: str, verifier: str, checkpoint_dir: str, baseline: str,
+             out: str) -> None:
+    # at T > 0 speculative and plain outputs differ by design; losslessness is a property of the
+    # distribution (tests/test_sampling.py), so only the plain decodes are checked against the baseline
+    bench.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=log, temperature=float(temperature))
 
 
 _VLLM = ("device", "verifier.dtype", "vllm")

@@ -30,8 +30,11 @@ from pathlib import Path
 
 import torch
 
+from .bench import BenchmarkError, hardware
 from .decode import DecodeResult
 from .features import shard_tensors
+from .io import read_json, write_json
+from .metrics import acceptance_from_counts, tokens_per_second
 
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens_per_pos")
 
@@ -199,3 +202,77 @@ class VllmExtractor:
                 aux_l.append(hs[:, self._aux_cols].reshape(n, -1).to(dtype))
                 tgt_l.append((last @ w.T).argmax(-1).cpu())
         return shard_tensors(ids_l, mask_l, aux_l, tgt_l)
+
+
+def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
+                       ours_path: str, out: str, log=print) -> dict:
+    """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
+    loop on an exported checkpoint. Prompts, their token ids and ``max_new_tokens`` are read from
+    the project's own result for the same run (``ours_path``), so both loops see identical
+    inputs; the result records vLLM's acceptance and speed beside the project's.
+
+    vLLM is not held to token-for-token equality with the project's baseline: its kernels round
+    differently, and a near-tie may flip a late token. The share of identical continuations is
+    recorded instead (``same_tokens_as_ours``).
+
+    One counting difference is inherent: near ``max_new_tokens`` the project's loop drafts only
+    what the budget can still take, while vLLM drafts a full block and counts drafts accepted
+    past the budget, so vLLM's rates at late positions run higher where continuations are short
+    and repetitive. Position 0 is the cleanest comparison.
+    """
+    from .verifier import eos_ids, load_tokenizer
+
+    ours = read_json(ours_path, f"the project's {run} benchmark")
+    prompts = ours["prompts"]
+    max_new = ours["protocol"]["max_new_tokens"]
+    drafts_per_step = None
+    if run != "baseline":
+        if not export_dir:
+            raise BenchmarkError(f"vLLM run {run!r} needs an exported checkpoint")
+        spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
+        if spec.get("projector_type") != "dflash":
+            raise BenchmarkError(f"{export_dir}: projector {spec.get('projector_type')!r}; vLLM serves DFlash only")
+        if spec.get("shift_label"):
+            # vLLM's DFlash queries [anchor, MASK x N] and reads mask slot j as token a+j; a
+            # shifted drafter's slot j predicts a+j+1 (vLLM's GPU runner refuses it outright)
+            raise BenchmarkError(f"{export_dir}: a shift_label export; vLLM serves DFlash in the classic layout "
+                                 "only (the anchor is the bonus token) and would read every slot one position off")
+        drafts_per_step = int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    tok = load_tokenizer(verifier_path)
+    from transformers import AutoConfig
+
+    vcfg = AutoConfig.from_pretrained(verifier_path)
+    stop_ids = eos_ids(tok, vcfg)
+    llm = load_llm(verifier_path, p["verifier"]["dtype"], max_model_len=vcfg.max_position_embeddings,
+                   seed=p.get("seed", 0), memory_fraction=p["vllm"]["memory_fraction"], speculative=export_dir
+                   if run != "baseline" else None, drafts_per_step=drafts_per_step)
+    ids = [r["prompt_token_ids"] for r in prompts]
+    vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=run != "baseline")  # untimed warm-up
+    results, counts = vllm_generate(llm, ids, max_new, stop_ids, speculative=run != "baseline")
+    new_tokens = sum(len(r.new_token_ids) for r in results)
+    seconds = sum(r.seconds for r in results)
+    same = sum(r.new_token_ids == o["new_token_ids"] for r, o in zip(results, prompts))
+    summary = {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
+               "tps": tokens_per_second(new_tokens, seconds), "same_tokens_as_ours": same,
+               "ours_acceptance_length": ours["summary"]["acceptance_length"], "ours_tps": ours["summary"]["tps"],
+               "ours_per_position_acceptance": ours["summary"]["per_position_acceptance"]}
+    if run == "baseline":
+        summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
+                       drafts_per_step=0, steps=new_tokens, accepted=0, speedup=1.0)
+    else:
+        summary.update(acceptance_from_counts(counts["drafts"], counts["accepted_per_position"], drafts_per_step))
+        base = read_json(baseline_path, "vLLM baseline benchmark") if baseline_path else None
+        summary.update(drafts_per_step=drafts_per_step,
+                       speedup=summary["tps"] / base["summary"]["tps"] if base else None)
+    import vllm
+
+    protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
+                    export=export_dir)
+    result = {"run": run, "protocol": protocol, "summary": summary,
+              "prompts": [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
+                           "stop_reason": r.stop_reason} for r, o in zip(results, prompts)]}
+    write_json(out, result)
+    log(f"vLLM {run}: {new_tokens} tokens in {seconds:.1f}s, {summary['tps']:.1f} tok/s, AL "
+        f"{summary['acceptance_length']:.3f} (ours {summary['ours_acceptance_length']:.3f}), "
+        f"{same}/{len(prompts)} continuations identical to ours")
+    return result

@@ -9,8 +9,10 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from domino import card, plots, published, scale
+from domino import card, compare, plots, published, scale
+from domino.bench import compare_runs
 from domino.config import validate_config
+from domino.stats import implied_acceptance_length
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
@@ -30,6 +32,8 @@ SEED_MODEL_ROWS = ["Verifier", "Verifier layers", "Draft layers", "Auxiliary lay
                    "Shift label", "Pure draft prefix len", "Mask token ID"]
 SEED_TRAINING_ROWS = ["Dataset", "Sequence length", "Epochs", "LR", "Base-anchored curriculum", "Loss",
                       "Teacher forcing", "Hardware"]
+# rows this card adds to the seed's Training table: what the published card does not state
+EXTRA_TRAINING_ROWS = ["Optimizer", "Noise on auxiliary states", "Draft attention", "Initialisation"]
 CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
 LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino"}
 
@@ -53,7 +57,9 @@ CARD_INFO = {
     "dataset": "ShareGPT",
     "samples": 5000, "seq_len": 4096,
     "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
-    "gamma": 7.0, "optimizer": "AdamW", "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
+    "gamma": 7.0, "optimizer": "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)",
+    "noise": "uniform in [−0.05, 0.05]", "attention_window": "full", "init": "PyTorch's default",
+    "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
     "scale": embedded_scale(), "license": "apache-2.0",
     "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
 }
@@ -88,6 +94,22 @@ def check_num(cell, value, decimals, suffix=""):
     assert abs(number - value) <= 0.5 * 10 ** -decimals + 1e-9, (cell, value)
 
 
+def check_ci(cell, value, bounds, decimals, suffix="", scale=1.0):
+    """The cell is "value [low, high]", each rounded to `decimals` after multiplying by `scale`."""
+    m = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cell)
+    assert m, cell
+    for text, x in zip(m.groups(), (value, *bounds)):
+        check_num(text, scale * x, decimals, suffix)
+
+
+# a printed estimate with its interval: "2.156 [2.022, 2.308]", "+36.8% [+23.8%, +52.9%]", "1.31× [1.23×, 1.40×]"
+PRINTED_CI = re.compile(r"([+-]?[\d,]+\.\d+)(%|×)? \[([+-]?[\d,]+\.\d+)(?:%|×)?, ([+-]?[\d,]+\.\d+)(?:%|×)?\]")
+
+
+def printed_intervals(text):
+    return [tuple(float(m[i].replace(",", "")) for i in (1, 3, 4)) for m in PRINTED_CI.finditer(text)]
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("card")
@@ -102,7 +124,7 @@ def test_seed_tables_present(rendered):
         assert header in lines, header
     model_rows, training_rows = [rows for h, rows in tables(text) if h == "| Parameter | Value |"]
     assert [r[0] for r in model_rows] == SEED_MODEL_ROWS
-    assert [r[0] for r in training_rows] == SEED_TRAINING_ROWS
+    assert [r[0] for r in training_rows if r[0] not in EXTRA_TRAINING_ROWS] == SEED_TRAINING_ROWS
     assert "{{" not in text and "None" not in text.replace("None (pos0 masked)", "")
 
 
@@ -122,15 +144,18 @@ def test_model_and_training_tables(rendered):
     assert model_rows["Mask token ID"] == str(cfg["mask_token_id"])
     assert training_rows["Dataset"] == "ShareGPT, 5,000 samples"
     assert training_rows["Sequence length"] == "4,096"
-    assert training_rows["LR"] == "6e-4, linear schedule, 50 warmup steps; AdamW"
+    assert training_rows["LR"] == "6e-4, linear schedule, 50 warmup steps"
+    for row, key in zip(EXTRA_TRAINING_ROWS, ("optimizer", "noise", "attention_window", "init")):
+        assert training_rows[row] == CARD_INFO[key]
+    assert "The published card does not state its optimizer" in text
     assert training_rows["Base-anchored curriculum"] == "lambda_base 1.0 → 0, decay ratio 0.5"
     assert training_rows["Loss"] == "Position-weighted cross-entropy (gamma=7)"
 
 
 def test_benchmark_numbers(rendered):
     _, _, text, _ = rendered
-    bench = {c: fixture(f"benchmark/{c}.json")["summary"] for c in ["baseline", *CKPTS]}
-    ref = bench["dflash-noshift"]
+    files = {c: fixture(f"benchmark/{c}.json") for c in ["baseline", *CKPTS]}
+    bench = {c: f["summary"] for c, f in files.items()}
 
     ckpt_rows = {r[0]: r for r in table(text, SEED_HEADERS[1])}
     assert ckpt_rows["DFlash shift"][1:] == ["dflash", "True", "None (pos0 masked)"]
@@ -143,30 +168,44 @@ def test_benchmark_numbers(rendered):
     agg = {r[0]: r for r in table(text, SEED_HEADERS[2])}
     for c in CKPTS:
         row, s = agg[LABELS[c]], bench[c]
-        check_num(row[1], s["acceptance_length"], 3)
-        check_num(row[2], s["tps"], 1)
+        check_ci(row[1], s["acceptance_length"], s["acceptance_length_ci"], 3)
+        check_ci(row[2], s["tps"], s["tps_ci"], 1)
         if c == "dflash-noshift":
             assert row[3] == "baseline"
-        else:
-            m = re.fullmatch(r"(.+) accept, (.+) TPS", row[3])
-            check_num(m[1], 100 * (s["acceptance_length"] / ref["acceptance_length"] - 1), 1, "%")
-            check_num(m[2], 100 * (s["tps"] / ref["tps"] - 1), 1, "%")
+        else:  # paired relative differences, as compare_runs computes them on the same prompts
+            cmp = compare_runs(files[c], files["dflash-noshift"], seed=0)
+            m = re.fullmatch(r"(.+) accept, (.+) speedup", row[3])
+            for cell, iv in ((m[1], cmp.acceptance_length), (m[2], cmp.speedup)):
+                check_ci(cell, iv.estimate, (iv.low, iv.high), 1, "%", scale=100)
 
-    speed = {r[0]: r for r in table(text, "| Run | TPS | Speedup | Output identical to plain greedy |")}
-    check_num(speed["Plain greedy (verifier only)"][1], bench["baseline"]["tps"], 1)
+    both = {r[0]: r for r in table(text, "| Model | Accept len (pooled) | Accept len (per-prompt mean) |")}
     for c in CKPTS:
-        check_num(speed[LABELS[c]][2], bench[c]["speedup"], 2, "×")
-        assert speed[LABELS[c]][3] == "yes"
+        s = bench[c]
+        check_ci(both[LABELS[c]][1], s["acceptance_length"], s["acceptance_length_ci"], 3)
+        check_ci(both[LABELS[c]][2], s["acceptance_length_per_prompt_mean"],
+                 s["acceptance_length_per_prompt_mean_ci"], 3)
+    assert s["acceptance_length"] != s["acceptance_length_per_prompt_mean"]  # the two definitions differ here
+    assert text.count("**Acceptance length** (pooled") == 1 and text.count("**per-prompt mean acceptance length**") == 1
+
+    speed = {r[0]: r for r in table(text, "| Run | TPS | Plain TPS (same job) | Speedup | Output identical to plain "
+                                          "greedy |")}
+    check_ci(speed["Plain greedy (verifier only)"][1], bench["baseline"]["tps"], bench["baseline"]["tps_ci"], 1)
+    for c in CKPTS:
+        s = bench[c]
+        check_ci(speed[LABELS[c]][2], s["plain_tps"], s["plain_tps_ci"], 1)
+        check_ci(speed[LABELS[c]][3], s["speedup"], s["speedup_ci"], 2, "×")
+        assert speed[LABELS[c]][4] == "yes"
 
     per_pos = {r[0]: r for r in table(text, SEED_HEADERS[3])}
     for c in CKPTS:
-        a = bench[c]["per_position_acceptance"]
+        a, a_ci = bench[c]["per_position_acceptance"], bench[c]["per_position_acceptance_ci"]
         for i in range(4):
-            check_num(per_pos[LABELS[c]][1 + i], a[i], 3)
-        check_num(per_pos[LABELS[c]][5], sum(a[4:]), 3)  # pos_4+ is the sum
+            check_ci(per_pos[LABELS[c]][1 + i], a[i], a_ci[i], 3)
+        check_num(per_pos[LABELS[c]][5].split(" [")[0], sum(a[4:]), 3)  # pos_4+ is the sum
 
-    cond_row, steps_row = table(text, SEED_HEADERS[4])
+    cond_row, ci_row, steps_row = table(text, SEED_HEADERS[4])
     assert cond_row[0] == "Conditional acceptance" and steps_row[0] == "Steps behind the rate"
+    assert ci_row[0] == "95% interval" and ci_row[-1] == "—"
     s = bench["domino"]
     assert steps_row[1:] == [f"{s['steps']:,}"] + [f"{round(a * s['steps']):,}" for a in s["per_position_acceptance"][:-1]]
     a, cond = bench["domino"]["per_position_acceptance"], bench["domino"]["conditional_acceptance"]
@@ -267,12 +306,11 @@ def test_dirty_commit_and_missing_stage_times(tmp_path):
 def test_speed_explained(rendered):
     """Step cost in plain steps and time shares, from the benchmark totals; speedup = tokens per step / cost."""
     text = rendered[2]
-    base = fixture("benchmark/baseline.json")["summary"]
-    plain = base["seconds"] / base["new_tokens"]
     rows = {r[0]: r for r in table(text, "| Run | Tokens per step | Accept len | Step cost (plain steps) | Drafting share "
                                          "| Verifying share | Other share | Speedup |")}
     for c in CKPTS:
         s = fixture(f"benchmark/{c}.json")["summary"]
+        plain = s["plain_seconds"] / s["new_tokens"]  # the plain decodes timed beside this run
         row = rows[LABELS[c]]
         check_num(row[1], s["new_tokens"] / s["steps"], 2)
         check_num(row[3], s["seconds"] / s["steps"] / plain, 2)
@@ -294,14 +332,16 @@ def test_step_cost_hand_computed():
 
 
 def test_paired_plain_time_is_used_when_recorded(results_copy, tmp_path):
-    p = results_copy / "benchmark" / "domino.json"
-    b = json.loads(p.read_text())
-    b["prompts"] = [{"plain_seconds": b["summary"]["seconds"] * 2}]  # plain took twice as long
-    p.write_text(json.dumps(b))
+    s = fixture("benchmark/domino.json")["summary"]
+    row = card._checkpoint_row(card.load_results(results_copy), "domino")
+    assert row["cost"].paired and row["cost"].speedup == pytest.approx(s["plain_seconds"] / s["seconds"])
+    strip_new_fields(results_copy)  # an older file: the plain-greedy job's time stands in
     res = card.load_results(results_copy)
-    assert res["benchmark"]["domino"]["paired_plain_seconds"] == pytest.approx(2 * b["summary"]["seconds"])
+    assert res["benchmark"]["domino"]["paired_plain_seconds"] is None
+    base = res["benchmark"]["baseline"]["summary"]
     row = card._checkpoint_row(res, "domino")
-    assert row["cost"].paired and row["cost"].speedup == pytest.approx(2.0)
+    assert not row["cost"].paired
+    assert row["cost"].speedup == pytest.approx(base["seconds"] / base["new_tokens"] * s["new_tokens"] / s["seconds"])
 
 
 def test_front_matter_rejects_a_path_as_base_model():
@@ -392,4 +432,181 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
     p.write_text(json.dumps(b))
     card.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
-    assert re.search(r"\| Domino \| [\d.]+ \| [\d.]+× \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|", text)
+    assert re.search(r"\| Domino \| [^|]+ \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
+                     text)
+
+
+NEW_SUMMARY_FIELDS = ("acceptance_length_ci", "acceptance_length_per_prompt_mean",
+                      "acceptance_length_per_prompt_mean_ci", "per_position_acceptance_ci", "tps_ci", "plain_seconds",
+                      "plain_tps", "plain_tps_ci", "speedup_ci", "bootstrap")
+
+
+def strip_new_fields(results):
+    """Rewrite every benchmark file as the benchmark wrote it before intervals and paired timing."""
+    for p in (results / "benchmark").glob("*.json"):
+        b = json.loads(p.read_text())
+        b["summary"] = {k: v for k, v in b["summary"].items() if k not in NEW_SUMMARY_FIELDS}
+        b["prompts"] = [{k: v for k, v in r.items() if k not in ("plain_seconds", "plain_first")} for r in b["prompts"]]
+        p.write_text(json.dumps(b))
+
+
+def test_every_printed_interval_contains_its_point(rendered, tmp_path):
+    texts = [rendered[2]]
+    ablation = card.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
+                                changes=VARIANTS, temperatures=[0, 0.6])
+    texts.append(ablation[0].read_text())
+    for text in texts:
+        found = printed_intervals(text)
+        assert len(found) > 60, len(found)  # not vacuous: every AL, TPS, speedup and position has one
+        bad = [(v, lo, hi) for v, lo, hi in found if not lo <= v <= hi]
+        assert bad == []
+
+
+def test_old_results_files_render_with_na(results_copy, tmp_path):
+    strip_new_fields(results_copy)
+    card.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
+    text = (tmp_path / "model_card.md").read_text()
+    assert "These results files predate the benchmark's intervals" in text
+    agg = {r[0]: r for r in table(text, SEED_HEADERS[2])}
+    s = fixture("benchmark/domino.json")["summary"]
+    assert agg["Domino"][1] == f"{s['acceptance_length']:.3f} [n/a]"
+    both = {r[0]: r for r in table(text, "| Model | Accept len (pooled) | Accept len (per-prompt mean) |")}
+    assert both["Domino"][2] == "n/a"
+    speed = {r[0]: r for r in table(text, "| Run | TPS | Plain TPS (same job) | Speedup | Output identical to plain "
+                                          "greedy |")}
+    assert speed["Domino"][2] == "n/a" and speed["Domino"][3] == f"{s['speedup']:.2f}× [n/a]"
+    assert "(no interval is available)" in text and printed_intervals(text) == []
+
+
+def test_domino_vs_each_dflash_row(rendered):
+    text = rendered[2]
+    files = {c: fixture(f"benchmark/{c}.json") for c in CKPTS}
+    rows = {r[0]: r for r in table(text, "| Comparison | Accept len difference | Speedup difference |")}
+    assert list(rows) == ["Domino vs DFlash shift", "Domino vs DFlash noshift"]
+    for c in ("dflash-shift", "dflash-noshift"):
+        cmp = compare_runs(files["domino"], files[c], seed=0)
+        row = rows[f"Domino vs {LABELS[c]}"]
+        check_ci(row[1], cmp.acceptance_length.estimate, (cmp.acceptance_length.low, cmp.acceptance_length.high), 1,
+                 "%", scale=100)
+        check_ci(row[2], cmp.speedup.estimate, (cmp.speedup.low, cmp.speedup.high), 1, "%", scale=100)
+        verdict = "its interval excludes zero" if cmp.acceptance_length.excludes_zero() else "its interval includes zero"
+        assert (f"- Domino's acceptance length differs from {LABELS[c]}'s by "
+                f"{100 * cmp.acceptance_length.estimate:+.1f}% ({verdict}") in text
+    # on the fixtures Domino's gain over both rows excludes zero, and DFlash shift vs noshift does not
+    assert "includes zero" not in text.split("| Comparison |")[1].split("### Speedup")[0]
+    shift_vs_noshift = compare_runs(files["dflash-shift"], files["dflash-noshift"], seed=0).acceptance_length
+    assert shift_vs_noshift.low < 0 < shift_vs_noshift.high
+
+
+def test_teacher_forced_vs_served(rendered):
+    text = rendered[2]
+    header = ("| Position | Target | " + " | ".join(f"{LABELS[c]} teacher-forced | {LABELS[c]} served" for c in CKPTS)
+              + " |")
+    rows = table(text, header)
+    assert [r[1] for r in rows] == [f"a+{i + 1}" for i in range(8)]
+    for j, c in enumerate(CKPTS):
+        v, s = fixture(f"validate/{c}.json"), fixture(f"benchmark/{c}.json")["summary"]
+        tf = {slot["target"]: slot["final_acc"] for slot in v["per_slot"]}
+        for i, row in enumerate(rows):
+            tf_cell, served_cell = row[2 + 2 * j], row[3 + 2 * j]
+            if i >= s["drafts_per_step"]:
+                assert (tf_cell, served_cell) == ("—", "—")  # DFlash noshift drafts 7 tokens
+                continue
+            check_num(tf_cell, 100 * tf[f"a+{i + 1}"], 1, "%")
+            if i > 0 and s["per_position_acceptance"][i - 1] == 0:
+                assert served_cell == "—"
+            else:
+                check_num(served_cell.split(" [")[0], 100 * s["conditional_acceptance"][i], 1, "%")
+    # the implied acceptance length, by hand for Domino: 1 + sum of the running products of slot accuracies
+    v, s = fixture("validate/domino.json"), fixture("benchmark/domino.json")["summary"]
+    acc = [slot["final_acc"] for slot in v["per_slot"]]
+    running, implied = 1.0, 1.0
+    for a in acc:
+        running *= a
+        implied += running
+    assert implied == pytest.approx(implied_acceptance_length(acc))
+    al = {r[0]: r for r in table(text, "| Model | Accept len implied by teacher-forced accuracy | Accept len served "
+                                       "| Served − implied |")}
+    check_num(al["Domino"][1], implied, 3)
+    assert al["Domino"][3] == f"{s['acceptance_length'] - implied:+.3f} ({100 * (s['acceptance_length'] / implied - 1):+.1f}%)"
+    # the sentence: first part at position 0 (served 51.8% [47.1%, 56.8%] leaves out 46.2%), widest at position 2
+    c0, c2 = s["conditional_acceptance"][0], s["conditional_acceptance"][2]
+    sentence = next(line for line in text.splitlines() if line.startswith("- Domino: "))
+    assert f"first part at position 0 (served {100 * c0:.1f}% [" in sentence and f"against {100 * acc[0]:.1f}%)" in sentence
+    assert f"widest at position 2, {100 * (c2 - acc[2]):+.1f} pp" in sentence
+    assert f"imply an acceptance length of {implied:.3f} against {s['acceptance_length']:.3f} served" in sentence
+    assert f"]({plots.PLOTS['teacher_forced']})" in text
+
+
+VARIANTS = {"domino-cf0": "drafter.correct_from 0",
+            "dflash-noshift-muon": "projector dflash, shift_label false, weighting classic, train.optimizer muon"}
+
+
+@pytest.fixture(scope="module")
+def ablation_card(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ablation")
+    card.render_card(FIXTURE, out, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
+                     changes={**VARIANTS, "dflash-shift": "x", "dflash-noshift": "y"}, temperatures=[0, 0.6])
+    return (out / "model_card.md").read_text()
+
+
+ABLATION_HEADER = ("| Variant | What it changes vs Domino | Accept len | Accept len vs Domino | pos_0 | Speedup "
+                   "| a+1 validation accuracy |")
+SAMPLING_HEADER = "| Temperature | Model | Accept len | pos_0 | pos_1 | pos_2 | pos_3 | pos_4+ | Speedup |"
+
+
+def test_ablation_table(ablation_card, rendered):
+    rows = {r[0]: r for r in table(ablation_card, ABLATION_HEADER)}
+    assert list(rows) == ["DFlash shift", "DFlash noshift", "Domino", *VARIANTS]
+    assert rows["Domino"][1:4:2] == ["(reference)", "—"] and rows["DFlash shift"][1] == "x"
+    dom = fixture("benchmark/domino.json")
+    for name, changes in VARIANTS.items():
+        row, b, v = rows[name], fixture(f"benchmark/{name}.json"), fixture(f"validate/{name}.json")
+        s = b["summary"]
+        assert row[1] == changes
+        check_ci(row[2], s["acceptance_length"], s["acceptance_length_ci"], 3)
+        iv = compare_runs(b, dom, seed=0).acceptance_length
+        check_ci(row[3], iv.estimate, (iv.low, iv.high), 1, "%", scale=100)
+        check_ci(row[4], s["per_position_acceptance"][0], s["per_position_acceptance_ci"][0], 3)
+        check_ci(row[5], s["speedup"], s["speedup_ci"], 2, "×")
+        check_num(row[6], 100 * next(x["final_acc"] for x in v["per_slot"] if x["target"] == "a+1"), 1, "%")
+    # the seed tables keep the card's three rows; the training table lists every variant
+    assert [r[0] for r in table(ablation_card, SEED_HEADERS[2])] == [LABELS[c] for c in CKPTS]
+    assert [r[0] for r in table(ablation_card, "| Checkpoint | Steps | Epochs | Training time (s) |")] == [
+        *(LABELS[c] for c in CKPTS), *VARIANTS]
+    text = rendered[2]  # only the card's three rows: no Ablations table, no sampling table
+    assert "### Ablations" not in text and "### Speculative sampling" not in text
+
+
+def test_an_undescribed_variant_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="needs what domino-cf0 change"):
+        card.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, "domino-cf0"])
+
+
+def test_sampling_table(ablation_card):
+    rows = table(ablation_card, SAMPLING_HEADER)
+    names = [*CKPTS, *VARIANTS]
+    assert [(r[0], r[1]) for r in rows] == [(t, LABELS.get(c, c)) for t in ("0", "0.6") for c in names]
+    for row in rows:
+        c = names[[LABELS.get(n, n) for n in names].index(row[1])]
+        f = fixture(f"benchmark/{c}.json" if row[0] == "0" else f"sampling/T{row[0]}/{c}.json")
+        s = f["summary"]
+        check_ci(row[2], s["acceptance_length"], s["acceptance_length_ci"], 3)
+        for i in range(4):
+            check_ci(row[3 + i], s["per_position_acceptance"][i], s["per_position_acceptance_ci"][i], 3)
+        check_num(row[7].split(" [")[0], sum(s["per_position_acceptance"][4:]), 3)
+        check_ci(row[8], s["speedup"], s["speedup_ci"], 2, "×")
+    assert 'At T = 0.6 the protocol reads "sampling (temperature 0.6, top_p 1)".' in ablation_card
+
+
+def test_new_timing_columns_are_masked_by_compare(ablation_card):
+    """python -m domino.compare blanks timing columns by header words; the new ones must be among them."""
+    masked = {h: bool(compare.TIMING_COLUMNS.search(h)) for h in (
+        "Plain TPS (same job)", "Speedup difference", "Speedup", "vs DFlash noshift", "Accept len difference",
+        "Accept len vs Domino", "Accept len", "Temperature", "a+1 validation accuracy")}
+    assert masked == {"Plain TPS (same job)": True, "Speedup difference": True, "Speedup": True,
+                      "vs DFlash noshift": True, "Accept len difference": False, "Accept len vs Domino": False,
+                      "Accept len": False, "Temperature": False, "a+1 validation accuracy": False}
+    # every cell that holds a timing figure ("×" or a TPS) sits in a masked column
+    for line in compare.card_tables(ablation_card):
+        assert not any(c.endswith("]") and "×" in c for c in line), line

@@ -96,3 +96,19 @@ def test_acceptance_from_position_counters_by_hand():
             acceptance_from_counts(4, bad, 3)
     with pytest.raises(ValueError):
         acceptance_from_counts(0, [0, 0, 0], 3)
+
+
+def test_acceptance_intervals_by_hand():
+    from domino.metrics import acceptance_intervals
+
+    # the three prompts of tests/test_stats.py: pooled AL 2.4, per-prompt mean 7/3
+    s = acceptance_intervals([[0, 2], [3, 1], [1]], 3, resamples=5, seed=0)
+    assert s["acceptance_length_ci"] == pytest.approx([2.0, 2.8])
+    assert s["acceptance_length_per_prompt_mean"] == pytest.approx(7 / 3)
+    assert s["acceptance_length_per_prompt_mean_ci"] == pytest.approx([2.0, 8 / 3])
+    assert s["per_position_acceptance_ci"] == [pytest.approx(b) for b in ([0.5, 1.0], [0.265, 0.5], [0.0, 0.4])]
+    # every interval holds the pooled figure of acceptance_summary
+    full = acceptance_summary([[0, 2], [3, 1], [1]], 3)
+    lo, hi = s["acceptance_length_ci"]
+    assert lo <= full["acceptance_length"] <= hi
+    assert all(lo <= a <= hi for a, (lo, hi) in zip(full["per_position_acceptance"], s["per_position_acceptance_ci"]))

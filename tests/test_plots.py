@@ -50,3 +50,20 @@ def test_one_lambda_line_when_the_schedule_is_shared(res, tmp_path):
     fig = plots.lambda_plot(longer, rows(res))
     assert len(fig.axes[0].get_lines()) == 2
     assert "2 lines because the checkpoints trained for different numbers of steps" in fig.axes[0].get_title()
+
+
+def test_teacher_forced_vs_served_plot(res, tmp_path):
+    card_rows = rows(res)
+    ax = plots.teacher_forced_plot(res, card_rows).axes[0]
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 3  # one teacher-forced line per checkpoint
+    domino = next(line for line in dashed if line.get_label().startswith("Domino teacher-forced"))
+    v = json.loads((FIXTURE / "validate" / "domino.json").read_text())
+    assert list(domino.get_ydata()) == [s["final_acc"] for s in v["per_slot"]]  # slot k drafts a+k+1 (shifted)
+    assert f"implies AL {card_rows[2]['tf'].implied_al:.2f}" in domino.get_label()
+    served = [c for c in ax.containers if c.get_label().endswith(")") and "served" in c.get_label()]
+    assert len(served) == 3 and all(c.has_yerr for c in served)  # every served rate with its interval
+    noshift = next(line for line in dashed if line.get_label().startswith("DFlash noshift"))
+    assert len(noshift.get_xdata()) == 7  # noshift drafts 7 tokens: a+1..a+7, slots 1..7
+    path = plots._save(plots.teacher_forced_plot(res, card_rows), tmp_path / "tf.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -93,6 +93,58 @@ def test_card_stages_follow_the_config():
     assert not any(s.startswith("export/") for s in embedded)
 
 
+def ablation_config():
+    """The default with the fixtures' two ablation variants and a sampling temperature."""
+    cfg = load("config.yaml")
+    cfg["checkpoints"]["domino-cf0"] = {"projector": "domino", "shift_label": True, "weighting": "shifted",
+                                        "drafter": {"correct_from": 0}}
+    cfg["checkpoints"]["dflash-noshift-muon"] = {"projector": "dflash", "shift_label": False, "weighting": "classic",
+                                                 "train": {"optimizer": "muon"}}
+    cfg["benchmark"]["temperatures"] = [0, 0.6]
+    return cfg
+
+
+def test_variant_changes_are_computed_from_the_config():
+    cfg = ablation_config()
+    assert report.variant_changes(cfg, "domino-cf0") == "drafter.correct_from 0"
+    assert report.variant_changes(cfg, "dflash-noshift-muon") == (
+        "projector dflash, shift_label false, weighting classic, train.optimizer muon")
+    assert report.variant_changes(cfg, "dflash-shift") == "projector dflash, weighting classic"
+    # a value the reference overrides too is compared after both overrides
+    cfg["checkpoints"]["domino"]["train"] = {"optimizer": "muon"}
+    assert report.variant_changes(cfg, "dflash-noshift-muon") == "projector dflash, shift_label false, weighting classic"
+    cfg["checkpoints"]["domino-same"] = dict(cfg["checkpoints"]["domino"])
+    assert report.variant_changes(cfg, "domino-same") == "no change"
+    ablations = load("config.yaml", "config/ablations.yaml")
+    assert report.variant_changes(ablations, "domino-uniform-noise") == "train.noise uniform"
+
+
+def test_training_rows_say_what_was_used():
+    default, card_cfg = load("config.yaml"), load("config.yaml", "config/card.yaml")
+    assert report.optimizer_text(default["train"]) == "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)"
+    assert report.optimizer_text(card_cfg["train"]) == (
+        "Muon on the 2-D weight matrices except the embedding and lm_head (lr 10× the scheduled lr, momentum 0.95, "
+        "weight decay 0.1, 5 Newton-Schulz steps, adjust_lr_fn match_rms_adamw); AdamW on the rest "
+        "(betas (0.9, 0.999), weight decay 0.01)")
+    assert report.noise_text(default["train"]) == "none"
+    assert report.noise_text(card_cfg["train"]) == "uniform in [−0.05, 0.05]"
+    assert report.noise_text({"noise": "none", "noise_std": 0.1}) == "Gaussian, standard deviation 0.1"
+    assert report.attention_text(card_cfg["drafter"]).endswith("the 2,048 context positions before its anchor")
+    assert report.init_text(card_cfg["drafter"]).startswith("Hugging Face: normal(0, 0.02)")
+    assert report.init_text(default["drafter"]) == "PyTorch's default initialisation of each layer"
+
+
+def test_ablations_and_sampling_reach_the_card(tmp_path, results):
+    cfg = ablation_config()
+    assert "sampling/T0.6/domino-cf0" in report.card_stages(cfg)
+    assert not any(s.startswith("sampling/") for s in report.card_stages(load("config.yaml")))
+    report.build_report(cfg, results, tmp_path / "reports", log=lambda _: None, repo=tmp_path)
+    text = (tmp_path / "reports" / "model_card.md").read_text()
+    assert "| domino-cf0 | drafter.correct_from 0 |" in text
+    assert "| dflash-noshift-muon | projector dflash, shift_label false, weighting classic, train.optimizer muon |" in text
+    assert "| 0.6 | domino-cf0 |" in text and "| Optimizer | AdamW on every parameter" in text
+
+
 def test_hub_datasets_used():
     assert report.hub_datasets_used(load("config.yaml")) == []
     assert report.hub_datasets_used(load("config.yaml", "config/card.yaml")) == [

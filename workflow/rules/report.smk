@@ -9,6 +9,7 @@ rule report:
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),
         drafter_config="results/train/domino/checkpoint/drafter_config.json",  # the card's drafter shape
         vllm=vllm_outputs,
+        sampling=sampling_outputs,
     output:
         card=report("reports/model_card.md", caption="../report/model_card.rst", category="Model card"),
         reproduction=report("reports/reproduction.md", caption="../report/reproduction.rst", category="Model card"),
