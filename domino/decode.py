@@ -92,9 +92,38 @@ def _check_prompt(verifier, prompt_ids, max_new_tokens):
         )
 
 
+class GreedyRule:
+    """How a speculative step picks and checks tokens, greedily: the verifier's argmax is the
+    next token, and the drafts accepted are the longest prefix equal to the argmax tokens.
+
+    ``domino.sampling.SamplingRule`` is the same interface at temperature > 0; the loops
+    (``plain_loop``, ``speculative_loop``) are shared."""
+
+    def pick(self, logits: torch.Tensor) -> int:
+        """logits (V,) of the verifier's next position -> the token there."""
+        return int(logits.argmax())
+
+    def propose(self, draft, anchor: int, anchor_pos: int, n: int):
+        """``n`` drafts after the anchor, and what ``verify`` needs of them (nothing here)."""
+        return (draft.propose(anchor, anchor_pos, n) if n > 0 else []), None
+
+    def verify(self, drafts: list[int], proposal, logits: torch.Tensor) -> tuple[int, int]:
+        """logits (n+1, V) of ``[anchor, drafts]`` -> (drafts accepted, the token after them)."""
+        greedy = logits.argmax(-1).tolist()  # greedy[j] is the verifier's token for pos+j+1
+        c = 0
+        while c < len(drafts) and drafts[c] == greedy[c]:
+            c += 1
+        return c, greedy[c]
+
+
 @torch.inference_mode()
 def greedy_decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=()) -> DecodeResult:
     """The baseline: one verifier forward per token, with a KV cache."""
+    return plain_loop(verifier, prompt_ids, max_new_tokens, eos_ids, GreedyRule())
+
+
+def plain_loop(verifier, prompt_ids, max_new_tokens: int, eos_ids, rule) -> DecodeResult:
+    """One verifier forward per token, each token picked by ``rule.pick``."""
     _check_prompt(verifier, prompt_ids, max_new_tokens)
     dev = verifier.device
     t_start = time.perf_counter()
@@ -103,7 +132,7 @@ def greedy_decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=()) -> Deco
     inp = torch.tensor([prompt_ids], device=dev)
     while True:
         out = verifier(input_ids=inp, **{ck: cache}, use_cache=True, logits_to_keep=1)
-        tok = int(out.logits[0, -1].argmax())
+        tok = rule.pick(out.logits[0, -1])
         if stop.push(tok):
             break
         inp = torch.tensor([[tok]], device=dev)
@@ -162,13 +191,18 @@ class OracleDraft:
 @torch.inference_mode()
 def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids=()) -> DecodeResult:
     """Lossless speculative greedy decoding with ``draft`` (a ``NeuralDraft`` or ``OracleDraft``)."""
+    return speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, GreedyRule())
+
+
+def speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule) -> DecodeResult:
+    """The speculative loop of the module docstring, picking and checking tokens by ``rule``."""
     _check_prompt(verifier, prompt_ids, max_new_tokens)
     # the aux states in the speculators convention (pre-norm last layer for id L): (1, S, A*H)
     with AuxCapture(verifier, draft.aux_layer_ids or []) as cap:
-        return _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap)
+        return _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap, rule)
 
 
-def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap) -> DecodeResult:
+def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap, rule) -> DecodeResult:
     dev = verifier.device
     want_aux = draft.aux_layer_ids is not None
     t_draft = t_verify = 0.0
@@ -180,7 +214,7 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap)
     t0 = time.perf_counter()
     out = verifier(input_ids=torch.tensor([prompt_ids], device=dev), **{ck: cache},
                    use_cache=True, output_hidden_states=want_aux, logits_to_keep=1)
-    anchor = int(out.logits[0, -1].argmax())
+    anchor = rule.pick(out.logits[0, -1])
     t1 = time.perf_counter()
     t_verify += t1 - t0
     draft.reset(len(prompt_ids))
@@ -191,16 +225,12 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap)
     done = stop.push(anchor)
     while not done:
         t0 = time.perf_counter()
-        n = min(draft.drafts_per_step, stop.budget - 1)
-        drafts = draft.propose(anchor, pos, n) if n > 0 else []
+        drafts, proposal = rule.propose(draft, anchor, pos, min(draft.drafts_per_step, stop.budget - 1))
         t1 = time.perf_counter()
         out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache},
                        use_cache=True, output_hidden_states=want_aux)
-        greedy = out.logits[0].argmax(-1).tolist()  # greedy[j] is the verifier's token for pos+j+1
+        c, nxt = rule.verify(drafts, proposal, out.logits[0])
         t2 = time.perf_counter()
-        c = 0
-        while c < len(drafts) and drafts[c] == greedy[c]:
-            c += 1
         crop_cache(cache, pos + c + 1)  # keep the anchor and the accepted drafts
         if want_aux:
             draft.add_context(cap.aux(out.hidden_states)[:, : c + 1], pos)
@@ -208,12 +238,12 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap)
         t_draft += (t1 - t0) + (t3 - t2)
         t_verify += t2 - t1
         kept = 0
-        for tok in drafts[:c] + [greedy[c]]:
+        for tok in drafts[:c] + [nxt]:
             kept += 1
             if stop.push(tok):
                 done = True
                 break
         accepted_per_step.append(min(c, kept))
-        anchor, pos = greedy[c], pos + c + 1
+        anchor, pos = nxt, pos + c + 1
     seconds = time.perf_counter() - t_start
     return DecodeResult(stop.tokens, accepted_per_step, t_draft, t_verify, seconds, stop.reason)

@@ -28,22 +28,11 @@ probability computations and the acceptance rule, ``draft_seconds`` the drafter 
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import torch
-from transformers import DynamicCache
 
-from .decode import (
-    DecodeResult,
-    _cache_kwarg,
-    _check_prompt,
-    _Stopper,
-    crop_cache,
-    greedy_decode,
-    speculative_decode,
-)
-from .verifier import AuxCapture
+from .decode import DecodeResult, greedy_decode, plain_loop, speculative_decode, speculative_loop
 
 
 def seeded_generator(seed: int, device="cpu") -> torch.Generator:
@@ -159,20 +148,7 @@ def sample_decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=(), *, temp
         return greedy_decode(verifier, prompt_ids, max_new_tokens, eos_ids)
     if generator is None:
         raise ValueError("sampling at temperature > 0 needs a seeded torch.Generator")
-    _check_prompt(verifier, prompt_ids, max_new_tokens)
-    dev = verifier.device
-    t_start = time.perf_counter()
-    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
-    stop = _Stopper(max_new_tokens, eos_ids)
-    inp = torch.tensor([prompt_ids], device=dev)
-    while True:
-        out = verifier(input_ids=inp, **{ck: cache}, use_cache=True, logits_to_keep=1)
-        tok = _draw(sampling_probs(out.logits[0, -1], temperature, top_p), generator)
-        if stop.push(tok):
-            break
-        inp = torch.tensor([[tok]], device=dev)
-    seconds = time.perf_counter() - t_start
-    return DecodeResult(stop.tokens, [], 0.0, seconds, seconds, stop.reason)
+    return plain_loop(verifier, prompt_ids, max_new_tokens, eos_ids, SamplingRule(temperature, top_p, generator))
 
 
 @torch.inference_mode()
@@ -187,54 +163,25 @@ def speculative_sample_decode(verifier, draft, prompt_ids, max_new_tokens: int, 
         raise ValueError("sampling at temperature > 0 needs a seeded torch.Generator")
     if getattr(draft, "drafter", None) is None:
         raise TypeError(f"speculative sampling needs a drafter's distribution; {type(draft).__name__} has none")
-    _check_prompt(verifier, prompt_ids, max_new_tokens)
-    with AuxCapture(verifier, draft.aux_layer_ids) as cap:
-        return _speculative_sampling_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids,
-                                          cap, temperature, top_p, generator)
+    return speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids,
+                            SamplingRule(temperature, top_p, generator))
 
 
-def _speculative_sampling_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
-                               temperature, top_p, generator) -> DecodeResult:
-    dev = verifier.device
-    t_draft = t_verify = 0.0
-    t_start = time.perf_counter()
-    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
-    stop = _Stopper(max_new_tokens, eos_ids)
-    accepted_per_step: list[int] = []
+class SamplingRule:
+    """``decode.GreedyRule``'s interface at temperature > 0: tokens drawn from ``p``, drafts from
+    ``q``, each draft kept or replaced by ``accept_or_resample``."""
 
-    t0 = time.perf_counter()
-    out = verifier(input_ids=torch.tensor([prompt_ids], device=dev), **{ck: cache},
-                   use_cache=True, output_hidden_states=True, logits_to_keep=1)
-    anchor = _draw(sampling_probs(out.logits[0, -1], temperature, top_p), generator)
-    t1 = time.perf_counter()
-    t_verify += t1 - t0
-    draft.reset(len(prompt_ids))
-    draft.add_context(cap.aux(out.hidden_states), 0)
-    t_draft += time.perf_counter() - t1
-    pos = len(prompt_ids)  # position of the anchor, which the verifier has not read yet
-    done = stop.push(anchor)
-    while not done:
-        t0 = time.perf_counter()
-        n = min(draft.drafts_per_step, stop.budget - 1)
-        drafts, q = propose_sampled(draft, anchor, pos, n, temperature, top_p, generator)
-        t1 = time.perf_counter()
-        out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache},
-                       use_cache=True, output_hidden_states=True)
-        p = sampling_probs(out.logits[0], temperature, top_p)  # (n+1, Vt): p[j] for position pos+j+1
-        c, nxt = accept_or_resample(torch.tensor(drafts, dtype=torch.long, device=dev), q, p, generator)
-        t2 = time.perf_counter()
-        crop_cache(cache, pos + c + 1)  # keep the anchor and the accepted drafts
-        draft.add_context(cap.aux(out.hidden_states)[:, : c + 1], pos)
-        t3 = time.perf_counter()
-        t_draft += (t1 - t0) + (t3 - t2)
-        t_verify += t2 - t1
-        kept = 0
-        for tok in drafts[:c] + [nxt]:
-            kept += 1
-            if stop.push(tok):
-                done = True
-                break
-        accepted_per_step.append(min(c, kept))
-        anchor, pos = nxt, pos + c + 1
-    seconds = time.perf_counter() - t_start
-    return DecodeResult(stop.tokens, accepted_per_step, t_draft, t_verify, seconds, stop.reason)
+    def __init__(self, temperature: float, top_p: float, generator: torch.Generator):
+        self.temperature, self.top_p, self.generator = temperature, top_p, generator
+
+    def pick(self, logits: torch.Tensor) -> int:
+        return _draw(sampling_probs(logits, self.temperature, self.top_p), self.generator)
+
+    def propose(self, draft, anchor: int, anchor_pos: int, n: int):
+        proposal = propose_sampled(draft, anchor, anchor_pos, n, self.temperature, self.top_p, self.generator)
+        return proposal.token_ids, proposal
+
+    def verify(self, drafts: list[int], proposal: DraftProposal, logits: torch.Tensor) -> tuple[int, int]:
+        p = sampling_probs(logits, self.temperature, self.top_p)  # (n+1, Vt): p[j] for position pos+j+1
+        ids = torch.tensor(drafts, dtype=torch.long, device=logits.device)
+        return tuple(accept_or_resample(ids, proposal.q, p, self.generator))
