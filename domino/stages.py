@@ -21,24 +21,32 @@ Every entry function takes the config and its paths by the same names.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
-import torch
-from transformers import AutoConfig
 
-from . import bench, report, train as training, verifier as verifiers, vocab as vocabs
-from .data import load_corpus, prepare_records, read_jsonl, write_prepared
-from .common import DTYPES, check_device, distributed, log, setup_process
-from .card import CardPaths
-from .export import export_speculators
-from .features import extract, load_features
-from .io import write_json
-from .model import Drafter, DrafterConfig
+class _Lazy:
+    """A module imported on first use. The Snakefile reads the declarations of this module to
+    build every rule, and a light stage (the tokenizer, the report) should not pay for torch and
+    transformers: each job imports only the library modules its entry function calls."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name, __package__), attr)
+
+
+bench_lib, card_lib, common = _Lazy(".bench"), _Lazy(".card"), _Lazy(".common")
+data_lib, export_lib, features_lib = _Lazy(".data"), _Lazy(".export"), _Lazy(".features")
+io_lib, model_lib, report_lib = _Lazy(".io"), _Lazy(".model"), _Lazy(".report")
+train_lib, verifier_lib, vocab_lib = _Lazy(".train"), _Lazy(".verifier"), _Lazy(".vocab")
+transformers = _Lazy("transformers")
+torch = _Lazy("torch")
 
 
 class UndeclaredKey(KeyError):
@@ -157,7 +165,7 @@ def run_stage(name: str, config_json: dict, paths: dict) -> None:
     """Run one stage's entry function on its declared config values and its paths."""
     declared = config_json["declared"]
     cfg = StageConfig(config_json["values"], declared)
-    setup_process(cfg["seed"], cfg["threads"])
+    common.setup_process(cfg["seed"], cfg["threads"])
     STAGES[name].run(cfg, **paths)
     record = os.environ.get("DOMINO_CONFIG_READS")
     if record:
@@ -183,42 +191,43 @@ def stage(name: str, reads: tuple[str, ...], paths: dict[str, str], reads_when=N
 
 @stage("tokenizer", (*_CORPUS, "verifier.embedded.vocab_size"), {"out": "output"})
 def tokenizer(cfg: StageConfig, out: str) -> None:
-    records = load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
+    records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
                                cfg["data.hub_split"])
     texts = (m["content"] for r in records for m in r["messages"])
-    tok = verifiers.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
-    log(f"tokenizer with {len(tok)} tokens written to {out}")
+    tok = verifier_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
+    common.log(f"tokenizer with {len(tok)} tokens written to {out}")
 
 
 @stage("prepare_data", (*_CORPUS, "data.seq_len", "data.val_fraction", "data.enable_thinking"),
        {"tokenizer": "param", "train": "output", "val": "output", "summary": "output"})
 def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary: str) -> None:
-    records = load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
+    records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
                                cfg["data.hub_split"])
-    rows = prepare_records(verifiers.load_tokenizer(tokenizer), records, cfg["data.seq_len"],
+    rows = data_lib.prepare_records(verifier_lib.load_tokenizer(tokenizer), records, cfg["data.seq_len"],
                                 cfg["data.val_fraction"], cfg["seed"], _template_kwargs(cfg))
-    s = write_prepared(rows, train, val, summary, corpus=cfg["data.corpus"], samples=len(records),
+    s = data_lib.write_prepared(rows, train, val, summary, corpus=cfg["data.corpus"], samples=len(records),
                             seq_len=cfg["data.seq_len"])
-    log(f"{s['train']} train / {s['val']} val conversations, {s['tokens']} tokens ({s['assistant_tokens']} assistant)")
+    common.log(f"{s['train']} train / {s['val']} val conversations, {s['tokens']} tokens "
+               f"({s['assistant_tokens']} assistant)")
 
 
 @stage("verifier", ("verifier.embedded",), {"tokenizer": "input", "train": "input", "out": "output"})
 def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
-    rows = read_jsonl(train)
-    s = verifiers.pretrain_embedded_verifier(rows, verifiers.load_tokenizer(tokenizer),
-                                             cfg.section("verifier.embedded"), out, cfg["seed"], log=log)
-    log(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
+    rows = data_lib.read_jsonl(train)
+    s = verifier_lib.pretrain_embedded_verifier(rows, verifier_lib.load_tokenizer(tokenizer),
+                                                cfg.section("verifier.embedded"), out, cfg["seed"], log=common.log)
+    common.log(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
 
 
 @stage("draft_vocab", ("drafter.draft_vocab_size",),
        {"verifier": "param", "train": "input", "vocab": "output", "summary": "output"})
 def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary: str) -> None:
-    model_config = AutoConfig.from_pretrained(verifier)
-    always = verifiers.eos_ids(verifiers.load_tokenizer(verifier), model_config)
-    s = vocabs.build_draft_vocab(read_jsonl(train), model_config.vocab_size, cfg["drafter.draft_vocab_size"],
-                                 always, vocab, summary)
-    log(f"draft vocab {s['draft_vocab_size']} of {s['target_vocab_size']}: "
-        f"covers {s['assistant_token_coverage']:.1%} of assistant tokens")
+    model_config = transformers.AutoConfig.from_pretrained(verifier)
+    always = verifier_lib.eos_ids(verifier_lib.load_tokenizer(verifier), model_config)
+    s = vocab_lib.build_draft_vocab(data_lib.read_jsonl(train), model_config.vocab_size,
+                                    cfg["drafter.draft_vocab_size"], always, vocab, summary)
+    common.log(f"draft vocab {s['draft_vocab_size']} of {s['target_vocab_size']}: "
+               f"covers {s['assistant_token_coverage']:.1%} of assistant tokens")
 
 
 @stage("extract_hidden_states", ("device", "verifier.dtype", "drafter.aux_layer_ids", "features"),
@@ -226,20 +235,20 @@ def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary
        reads_when=lambda c: ("vllm.memory_fraction",) if c["features"]["backend"] == "vllm" else ())
 def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str, index: str) -> None:
     f, aux, dtype = cfg.section("features"), cfg["drafter.aux_layer_ids"], cfg["verifier.dtype"]
-    device = check_device(cfg["device"])
+    device = common.check_device(cfg["device"])
     backend = None
     if f["backend"] == "vllm":
         from .vllm_backend import VllmExtractor  # vLLM lives in its own environment
 
         # transformers keeps a CPU copy for the final norm, the lm_head rows and the shard key
-        model = verifiers.load_verifier(verifier, dtype, "cpu")
+        model = verifier_lib.load_verifier(verifier, dtype, "cpu")
         backend = VllmExtractor(verifier, model, aux, dtype, max_model_len=model.config.max_position_embeddings,
                                 memory_fraction=cfg["vllm.memory_fraction"], seed=cfg["seed"], device=device)
     else:
-        model = verifiers.load_verifier(verifier, dtype, device)
-    d2t, _ = vocabs.load_vocab(vocab)
-    extract(model, read_jsonl(data), aux, vocabs.target_ids(d2t), index, f["batch_size"],
-                f["shard_samples"], f["dtype"], log=log, backend=backend)
+        model = verifier_lib.load_verifier(verifier, dtype, device)
+    d2t, _ = vocab_lib.load_vocab(vocab)
+    features_lib.extract(model, data_lib.read_jsonl(data), aux, vocab_lib.target_ids(d2t), index, f["batch_size"],
+                         f["shard_samples"], f["dtype"], log=common.log, backend=backend)
 
 
 @stage("train", ("device", "verifier.name", "drafter", "train", "checkpoints.{checkpoint}"),
@@ -247,31 +256,32 @@ def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str
         "checkpoint_dir": "param", "metrics": "output", "summary": "output", "state_dir": "param"})
 def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features: str, checkpoint_dir: str,
           metrics: str, summary: str, state_dir: str) -> None:
-    model = verifiers.load_verifier(verifier, "float32", "cpu")
-    dcfg = DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"],
-                                       **drafter_fields(cfg, checkpoint, verifiers.load_tokenizer(verifier)))
-    d2t, t2d = vocabs.load_vocab(vocab)
+    model = verifier_lib.load_verifier(verifier, "float32", "cpu")
+    fields = drafter_fields(cfg, checkpoint, verifier_lib.load_tokenizer(verifier))
+    dcfg = model_lib.DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"], **fields)
+    d2t, t2d = vocab_lib.load_vocab(vocab)
     torch.manual_seed(cfg["seed"])
-    drafter = Drafter.from_verifier(model, dcfg, d2t, t2d)
+    drafter = model_lib.Drafter.from_verifier(model, dcfg, d2t, t2d)
     del model
-    feats = load_features(features)
+    feats = features_lib.load_features(features)
     tcfg, autocast = train_config(cfg, checkpoint)
-    outputs = training.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
-    with distributed(check_device(cfg["device"])) as device:
-        s = training.train(drafter, feats, tcfg, outputs, device, autocast, log=log)
+    outputs = train_lib.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
+    with common.distributed(common.check_device(cfg["device"])) as device:
+        s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, log=common.log)
     if s.get("rank", 0) == 0:
-        log(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, final loss {s['final_loss']:.4f}")
+        common.log(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, "
+                   f"final loss {s['final_loss']:.4f}")
 
 
 @stage("validate", ("device", "train", "checkpoints.{checkpoint}"),
        {"checkpoint": "wildcard", "checkpoint_dir": "param", "features": "input", "out": "output"})
 def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: str, out: str) -> None:
     tcfg, autocast = train_config(cfg, checkpoint)
-    res = training.validate(Drafter.load(checkpoint_dir), load_features(features), tcfg,
-                            check_device(cfg["device"]), autocast)
-    write_json(out, {**res, "checkpoint": checkpoint})
+    res = train_lib.validate(model_lib.Drafter.load(checkpoint_dir), features_lib.load_features(features), tcfg,
+                             common.check_device(cfg["device"]), autocast)
+    io_lib.write_json(out, {**res, "checkpoint": checkpoint})
     acc = [f"{s['final_acc']:.3f}" for s in res["per_slot"]]
-    log(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
+    common.log(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
 
 
 _BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.dataset",
@@ -280,21 +290,21 @@ _BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking
 
 @stage("benchmark_baseline", _BENCHMARK, {"verifier": "param", "out": "output"})
 def benchmark_baseline(cfg: StageConfig, verifier: str, out: str) -> None:
-    bench.run_benchmark(cfg, "baseline", verifier, None, None, out, log=log)
+    bench_lib.run_benchmark(cfg, "baseline", verifier, None, None, out, log=common.log)
 
 
 @stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"),
        {"run": "wildcard", "verifier": "param", "checkpoint_dir": "param", "baseline": "input", "out": "output"})
 def benchmark(cfg: StageConfig, run: str, verifier: str, checkpoint_dir: str, baseline: str, out: str) -> None:
-    bench.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=log)
+    bench_lib.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=common.log)
 
 
 @stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
 def export(cfg: StageConfig, checkpoint_dir: str, out: str) -> None:
     # the verifier's name goes into the export's config; its dtype is the exported weights' dtype
-    c = export_speculators(checkpoint_dir, out, cfg["verifier.name"], dtype=cfg["verifier.dtype"])
-    log(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
-        f"{c['speculators_config']['proposal_methods'][0]['speculative_tokens']} speculative tokens, {c['dtype']})")
+    c = export_lib.export_speculators(checkpoint_dir, out, cfg["verifier.name"], dtype=cfg["verifier.dtype"])
+    common.log(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
+               f"{c['speculators_config']['proposal_methods'][0]['speculative_tokens']} speculative tokens, {c['dtype']})")
 
 
 _SAMPLING = (*_BENCHMARK, "benchmark.top_p")
@@ -302,7 +312,8 @@ _SAMPLING = (*_BENCHMARK, "benchmark.top_p")
 
 @stage("sampling_baseline", _SAMPLING, {"temperature": "wildcard", "verifier": "param", "out": "output"})
 def sampling_baseline(cfg: StageConfig, temperature: str, verifier: str, out: str) -> None:
-    bench.run_benchmark(cfg, "baseline", verifier, None, None, out, log=log, temperature=float(temperature))
+    bench_lib.run_benchmark(cfg, "baseline", verifier, None, None, out, log=common.log,
+                            temperature=float(temperature))
 
 
 @stage("sampling", _SAMPLING, {"temperature": "wildcard", "run": "wildcard", "verifier": "param",
@@ -311,7 +322,8 @@ def sampling(cfg: StageConfig, temperature: str, run: str, verifier: str, checkp
              out: str) -> None:
     # at T > 0 speculative and plain outputs differ by design; losslessness is a property of the
     # distribution (tests/test_sampling.py), so only the plain decodes are checked against the baseline
-    bench.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=log, temperature=float(temperature))
+    bench_lib.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=common.log,
+                            temperature=float(temperature))
 
 
 _VLLM = ("device", "verifier.dtype", "vllm")
@@ -321,7 +333,7 @@ _VLLM = ("device", "verifier.dtype", "vllm")
 def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str) -> None:
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out, log=log)
+    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out, log=common.log)
 
 
 @stage("vllm_benchmark", _VLLM, {"run": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
@@ -330,14 +342,15 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
                    out: str) -> None:
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out, log=log)
+    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out, log=common.log)
 
 
 # the card prints the run's whole configuration and its hash
 @stage("report", ("*",), {"results": "param", "stage_benchmarks": "param", "card": "output",
                           "reproduction": "output"})
 def report_(cfg: StageConfig, results: str, stage_benchmarks: str, card: str, reproduction: str) -> None:
-    report.build_report(cfg.section("*"), results, CardPaths(card, reproduction), stage_benchmarks, log=log)
+    report_lib.build_report(cfg.section("*"), results, card_lib.CardPaths(card, reproduction), stage_benchmarks,
+                            log=common.log)
 
 
 # -----------------------------------------------------------------------------
@@ -356,14 +369,14 @@ def overridden(cfg: StageConfig, checkpoint: str, section: str) -> dict:
     return {**cfg.section(section), **entry.get(section, {})}
 
 
-def train_config(cfg: StageConfig, checkpoint: str) -> tuple[training.TrainConfig, torch.dtype | None]:
+def train_config(cfg: StageConfig, checkpoint: str) -> tuple[train_lib.TrainConfig, torch.dtype | None]:
     """The checkpoint's ``TrainConfig`` and its autocast dtype (None: no autocast)."""
     t = overridden(cfg, checkpoint, "train")
-    autocast = DTYPES[t["autocast"]] if t["autocast"] else None
+    autocast = common.DTYPES[t["autocast"]] if t["autocast"] else None
     kept = {k: v for k, v in t.items() if k not in ("autocast", "nproc_per_node")}
     kept["betas"] = tuple(kept["betas"])
     weighting = cfg[f"checkpoints.{checkpoint}.weighting"]
-    return training.TrainConfig(seed=cfg["seed"], weighting=weighting, **kept), autocast
+    return train_lib.TrainConfig(seed=cfg["seed"], weighting=weighting, **kept), autocast
 
 
 # the DrafterConfig fields that come from the drafter section as they are
@@ -376,4 +389,4 @@ def drafter_fields(cfg: StageConfig, checkpoint: str, tokenizer) -> dict:
     d = overridden(cfg, checkpoint, "drafter")
     kind = cfg.section(f"checkpoints.{checkpoint}")
     return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],
-                mask_token_id=verifiers.mask_token_id(tokenizer, d["mask_token_id"]))
+                mask_token_id=verifier_lib.mask_token_id(tokenizer, d["mask_token_id"]))

@@ -228,6 +228,16 @@ def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_siz
 # training
 
 
+class SeedStream:
+    """The named random streams of training: a generator is seeded by ``(seed, stream, ...)``,
+    so each use draws independently of the others and of the order of the steps."""
+
+    EPOCH_ORDER = 1  # (seed, EPOCH_ORDER, epoch): the order of the packed rows in an epoch
+    NOISE = 2        # (seed, NOISE, step, row): noise on the aux states of a training row
+    ANCHORS = 3      # (seed, ANCHORS, step, row): the anchors of a training row
+    VALIDATION = 4   # (seed, VALIDATION, batch, row): the anchors of a validation row
+
+
 def _generator(*keys) -> torch.Generator:
     return torch.Generator().manual_seed(_mix(*keys))
 
@@ -255,7 +265,7 @@ def step_rows(step: int, n_rows: int, cfg: TrainConfig) -> list[int]:
 @functools.lru_cache(maxsize=2)
 def _epoch_order(seed: int, epoch: int, n_rows: int) -> tuple[int, ...]:
     """The seeded row order of one epoch, drawn once per epoch rather than once per step."""
-    return tuple(torch.randperm(n_rows, generator=_generator(seed, 1, epoch)).tolist())
+    return tuple(torch.randperm(n_rows, generator=_generator(seed, SeedStream.EPOCH_ORDER, epoch)).tolist())
 
 
 def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None, reduce_sum=None):
@@ -531,10 +541,10 @@ def _train_step(run: _Run) -> dict:
     lam = lambda_at(step, run.total, cfg.lambda0, cfg.lambda_ratio)
     run.opt.set_lr(lr)
     mine = step_rows(step, len(run.rows), cfg)[run.rank::run.world]
-    batch = run.rows.batch(mine, cfg.aux_noise, (cfg.seed, 2, step))
+    batch = run.rows.batch(mine, cfg.aux_noise, (cfg.seed, SeedStream.NOISE, step))
     reduce_sum = _all_reduce_sum if run.world > 1 else None
-    l_base, l_final, *_ = compute_losses(run.drafter, batch, cfg, (cfg.seed, 3, step), run.device,
-                                         run.autocast_dtype, reduce_sum)
+    l_base, l_final, *_ = compute_losses(run.drafter, batch, cfg, (cfg.seed, SeedStream.ANCHORS, step),
+                                         run.device, run.autocast_dtype, reduce_sum)
     loss = curriculum_loss(l_final, l_base, lam)
     run.opt.zero_grad()
     loss.backward()
@@ -608,8 +618,8 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     n_batches = anchors = 0
     for i in range(0, len(rows), cfg.rows_per_step):
         batch = rows.batch(list(range(i, min(len(rows), i + cfg.rows_per_step))))
-        l_base, l_final, base, final, tgt, mask = compute_losses(drafter, batch, cfg, (cfg.seed, 4, i), device,
-                                                                 autocast_dtype)
+        seed = (cfg.seed, SeedStream.VALIDATION, i)
+        l_base, l_final, base, final, tgt, mask = compute_losses(drafter, batch, cfg, seed, device, autocast_dtype)
         hb, c = slot_accuracy(base, tgt, mask)
         hf, _ = slot_accuracy(final, tgt, mask)
         hits_b, hits_f, counted = hits_b + hb.cpu(), hits_f + hf.cpu(), counted + c.cpu()

@@ -9,10 +9,9 @@ domino`` is).
 Three uses, each beside the project's own transformers code rather than instead of it:
 
 * ``VllmExtractor``: the verifier's aux hidden states through vLLM's ``extract_hidden_states``
-  speculative method and ``domino.vllm_connector.SyncHiddenStatesConnector``. vLLM's aux id
-  ``i`` is the input of decoder layer ``i`` (0 = the embeddings, ``L`` = the last layer's
-  output before the final norm): the speculators convention, the same as HF
-  ``hidden_states[i]`` for ``i < L``. The training target needs the *normed* last state, so
+  speculative method and ``domino.vllm_connector.SyncHiddenStatesConnector``. vLLM numbers
+  aux layers as this project does (``domino.verifier.AuxCapture``). The training target needs
+  the *normed* last state, so
   the extractor asks for layer ``L`` as well and applies the verifier's final norm and the
   draft-vocabulary rows of its ``lm_head`` itself.
 * ``vllm_generate`` without a speculative config: plain greedy through vLLM.
@@ -29,12 +28,15 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig
 
-from .bench import BenchmarkError, hardware
+from .bench import BenchmarkError
+from .common import hardware
 from .decode import DecodeResult
 from .features import shard_tensors
 from .io import read_json, write_json
 from .metrics import acceptance_from_counts, tokens_per_second
+from .verifier import eos_ids, load_tokenizer
 
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens_per_pos")
 
@@ -204,6 +206,21 @@ class VllmExtractor:
         return shard_tensors(ids_l, mask_l, aux_l, tgt_l)
 
 
+def served_drafts_per_step(export_dir: str | None) -> int:
+    """The drafts per step of an export vLLM serves as trained; refuses the others, saying why."""
+    if not export_dir:
+        raise BenchmarkError("a vLLM DFlash run needs an exported checkpoint")
+    spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
+    if spec.get("projector_type") != "dflash":
+        raise BenchmarkError(f"{export_dir}: projector {spec.get('projector_type')!r}; vLLM serves DFlash only")
+    if spec.get("shift_label"):
+        # vLLM's DFlash queries [anchor, MASK x N] and reads mask slot j as token a+j; a
+        # shifted drafter's slot j predicts a+j+1 (vLLM's GPU runner refuses it outright)
+        raise BenchmarkError(f"{export_dir}: a shift_label export; vLLM serves DFlash in the classic layout "
+                             "only (the anchor is the bonus token) and would read every slot one position off")
+    return int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+
+
 def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
                        ours_path: str, out: str, log=print) -> dict:
     """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
@@ -220,27 +237,11 @@ def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | 
     past the budget, so vLLM's rates at late positions run higher where continuations are short
     and repetitive. Position 0 is the cleanest comparison.
     """
-    from .verifier import eos_ids, load_tokenizer
-
     ours = read_json(ours_path, f"the project's {run} benchmark")
     prompts = ours["prompts"]
     max_new = ours["protocol"]["max_new_tokens"]
-    drafts_per_step = None
-    if run != "baseline":
-        if not export_dir:
-            raise BenchmarkError(f"vLLM run {run!r} needs an exported checkpoint")
-        spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
-        if spec.get("projector_type") != "dflash":
-            raise BenchmarkError(f"{export_dir}: projector {spec.get('projector_type')!r}; vLLM serves DFlash only")
-        if spec.get("shift_label"):
-            # vLLM's DFlash queries [anchor, MASK x N] and reads mask slot j as token a+j; a
-            # shifted drafter's slot j predicts a+j+1 (vLLM's GPU runner refuses it outright)
-            raise BenchmarkError(f"{export_dir}: a shift_label export; vLLM serves DFlash in the classic layout "
-                                 "only (the anchor is the bonus token) and would read every slot one position off")
-        drafts_per_step = int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    drafts_per_step = served_drafts_per_step(export_dir) if run != "baseline" else None
     tok = load_tokenizer(verifier_path)
-    from transformers import AutoConfig
-
     vcfg = AutoConfig.from_pretrained(verifier_path)
     stop_ids = eos_ids(tok, vcfg)
     llm = load_llm(verifier_path, p["verifier"]["dtype"], max_model_len=vcfg.max_position_embeddings,

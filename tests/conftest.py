@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import shutil
@@ -7,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from transformers import Qwen3ForCausalLM
 
 from domino.shapes import qwen3_config
@@ -152,3 +152,37 @@ def synthetic_features(n_docs=12, seed=0, vocab=96, draft_vocab=64, aux_dim=3 * 
 
 RELIABILITY_CFG = TrainConfig(epochs=2, lr=3e-3, warmup_steps=2, anchors_per_row=4, pack_len=64, rows_per_step=1,
                               noise_std=0.05, checkpoint_every=3, seed=0, weighting="shifted")
+
+
+# -----------------------------------------------------------------------------
+# configs as the workflow reads them
+
+
+def load_config_files(*files, **verifier) -> dict:
+    """Config files of the checkout merged as Snakemake merges --configfile overlays, with
+    ``verifier`` keys set last, then validated (``domino.config.load_config``)."""
+    import tempfile
+
+    from domino.config import load_config
+
+    paths = [ROOT / f for f in files]
+    if not verifier:
+        return load_config(paths)
+    with tempfile.TemporaryDirectory() as d:
+        over = Path(d) / "verifier.yaml"
+        over.write_text(json.dumps({"verifier": verifier}))  # JSON is YAML
+        return load_config([*paths, over])
+
+
+def random_verifier_dir(tmp_path) -> Path:
+    """A config-only stand-in for ``python -m domino.random_verifier`` output: Qwen3-0.6B's
+    config and the random-weights marker."""
+    from domino import scale
+    from domino.shapes import QWEN3_0_6B
+
+    d = tmp_path / "random_verifier"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen3", **{k: QWEN3_0_6B[k] for k in (
+        "num_hidden_layers", "vocab_size", "hidden_size", "num_attention_heads", "head_dim")}}))
+    (d / scale.RANDOM_WEIGHTS_MARKER).write_text("{}")
+    return d

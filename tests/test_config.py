@@ -2,6 +2,7 @@
 key and what is allowed. ``validate_config`` directly, and three through the real Snakemake CLI."""
 
 import copy
+import os
 import json
 import subprocess
 import sys
@@ -153,7 +154,7 @@ BAD = [
 def test_bad_value_is_refused_naming_key(mutate, key, tmp_path):
     cfg = copy.deepcopy(DEFAULT)
     mutate(cfg, tmp_path)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError, match="allowed") as info:
         validate_config(cfg)
     msg = str(info.value)
     assert "\n" not in msg, msg
@@ -248,3 +249,20 @@ def test_snakemake_refuses_bad_config(bad, key, tmp_path):
     line = next(ln for ln in out.splitlines() if ln.startswith("config error:"))
     assert key in line and "allowed" in line, line
     assert _files(ROOT / "results") - before == set()
+
+
+def test_a_non_editable_install_validates_a_config(tmp_path):
+    """The schema ships inside the package: the built wheel, unpacked on its own, validates config.yaml."""
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "wheel"), str(ROOT)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "wheel").glob("domino_repro-*.whl")
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    code = ("import domino.config as c, pathlib; "
+            "assert pathlib.Path(c.__file__).is_relative_to(pathlib.Path(__import__('sys').argv[1])); "
+            "print(c.load_config([__import__('sys').argv[2]])['drafter']['block_size'])")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "site"), str(ROOT / "config.yaml")],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "8", out.stderr[-2000:]

@@ -15,7 +15,7 @@ def test_slot_weights_by_hand():
                                torch.tensor([0.0, 1.0, 0.6065306597, 0.3678794412]))
     torch.testing.assert_close(slot_weights(4, 2.0, "shifted"),
                                torch.tensor([1.0, 0.6065306597, 0.3678794412, 0.2231301601]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="weighting must be one of .* got 'other'"):
         slot_weights(4, 2.0, "other")
 
 
@@ -71,9 +71,9 @@ def test_acceptance_summary_by_hand():
     assert s["conditional_acceptance"] == pytest.approx([0.75, 2 / 3, 0.5])
     s = acceptance_summary([[0, 0]], 2)
     assert s["conditional_acceptance"] == [0.0, 0.0]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"accepted counts must lie in 0\.\.3"):
         acceptance_summary([[4]], 3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no speculative steps"):
         acceptance_summary([[]], 3)
 
 
@@ -91,10 +91,11 @@ def test_acceptance_from_position_counters_by_hand():
     s = acceptance_from_counts(4, [3, 2, 1], 3)
     assert s == acceptance_summary([[0, 2], [3, 1]], 3)
     assert s["acceptance_length"] == pytest.approx(2.5)
-    for bad in ([3, 2], [1, 2, 0], [5, 1, 0]):  # wrong length, not a prefix count, more than the steps
-        with pytest.raises(ValueError):
+    for bad, why in (([3, 2], "2 position counters for 3 drafts"), ([1, 2, 0], "non-increasing"),
+                     ([5, 1, 0], "within 0..steps")):  # wrong length, not a prefix count, more than the steps
+        with pytest.raises(ValueError, match=why):
             acceptance_from_counts(4, bad, 3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no speculative steps"):
         acceptance_from_counts(0, [0, 0, 0], 3)
 
 

@@ -187,19 +187,3 @@ def test_rope_frequencies_stay_float32_when_cast():
     d = d.to(torch.bfloat16)
     assert d.rotary_emb.inv_freq.dtype == torch.float32
     torch.testing.assert_close(d.rotary_emb.inv_freq, ref)
-
-
-def test_aux_id_L_is_the_last_layer_before_the_final_norm(verifier):
-    """vLLM's (and speculators') aux id L is the last layer's raw output; transformers' own
-    hidden_states[L] is after the final norm. Ids below L are transformers' hidden_states[i]."""
-    L = verifier.config.num_hidden_layers
-    ids = torch.arange(1, 12)[None]
-    with torch.no_grad():
-        out = verifier.model(input_ids=ids, output_hidden_states=True)
-    H = verifier.config.hidden_size
-    aux = aux_states(verifier, ids, [1, L, 0])
-    torch.testing.assert_close(aux[..., :H], out.hidden_states[1])
-    torch.testing.assert_close(aux[..., 2 * H:], out.hidden_states[0])
-    last = aux[..., H:2 * H]
-    torch.testing.assert_close(verifier.model.norm(last), out.last_hidden_state)
-    assert not torch.allclose(last, out.hidden_states[L])

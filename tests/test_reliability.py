@@ -271,7 +271,7 @@ def test_extraction_killed_midway_leaves_no_index_and_resumes(extraction, tmp_pa
         return orig(*a, **k)
 
     monkeypatch.setattr(F, "_extract_part", dies_on_third)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="killed"):
         _extract(extraction, out, log=lambda m: None)
     assert not (out / "index.json").exists()  # what Snakemake and load_features take as done
     assert _shards(out) == ["shard-00000.safetensors", "shard-00001.safetensors"]
@@ -335,7 +335,7 @@ def test_damaged_shard_is_refused_by_name(extraction, tmp_path, damage):
 
 def test_atomic_path_leaves_nothing_when_the_writer_fails(tmp_path):
     target = tmp_path / "sub" / "out.json"
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="killed"):
         with atomic_path(target) as tmp:
             tmp.write_text('{"half": ')
             raise RuntimeError("killed")
@@ -343,7 +343,7 @@ def test_atomic_path_leaves_nothing_when_the_writer_fails(tmp_path):
     assert list(target.parent.iterdir()) == []
 
     write_json(target, {"a": 1})
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="killed"):
         with atomic_path(target) as tmp:
             tmp.write_text("garbage")
             raise RuntimeError("killed")
@@ -372,7 +372,7 @@ def test_corrupted_shard_stops_the_stage_with_its_name(setup, extraction, tmp_pa
     result = tmp_path / "validate.json"
     det = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
-        with pytest.raises(SystemExit) as info:
+        with pytest.raises(SystemExit, match="^1$") as info:  # the message is printed, the code is 1
             main(["validate", "--config", stage_cli_config("validate", {"threads": 1}, checkpoint="domino"),
                   "--checkpoint", "domino", "--checkpoint-dir", str(setup["ref_dir"] / "checkpoint"),
                   "--features", str(out / "index.json"), "--out", str(result)])

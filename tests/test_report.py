@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from config_builders import load, random_verifier_dir
+from conftest import load_config_files as load, random_verifier_dir
 
 from domino import card, io, report
 

@@ -1,7 +1,7 @@
 """domino.scale: the run's settings against the published card's, for each shipped scale."""
 
 import pytest
-from config_builders import load, random_verifier_dir
+from conftest import load_config_files as load, random_verifier_dir
 
 from domino import published, scale
 

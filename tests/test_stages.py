@@ -82,3 +82,20 @@ def test_a_bad_config_argument_is_refused_in_one_line(tmp_path):
                           str(tmp_path), "--out", str(tmp_path / "x"), "--log", str(tmp_path / "log")],
                          capture_output=True, text=True)
     assert out.returncode != 0 and out.stderr.strip().startswith("--config must be"), out.stderr
+
+
+def test_every_entry_function_takes_the_config_and_the_declared_paths_by_name():
+    import inspect
+
+    for name, stage in STAGES.items():
+        params = list(inspect.signature(stage.run).parameters)
+        assert params == ["cfg", *stage.paths], (name, params)
+
+
+def test_reading_the_declarations_imports_no_heavy_library():
+    """The Snakefile imports domino.stages to build every rule: torch, transformers and matplotlib
+    load only when a job runs its stage."""
+    code = ("import sys, domino.stages; "
+            "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -233,7 +233,7 @@ def test_an_interrupted_run_saves_and_says_how_to_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "compute_losses", interrupted_at_step_1)
     out = tmp_path / "run"
     cfg = replace(CFG, optimizer="adamw")
-    with pytest.raises(Interrupted) as info:
+    with pytest.raises(Interrupted, match="^interrupted at step 2 of ") as info:
         train(Drafter.load(init), _features(), cfg, out, log=lambda m: None)
     msg = str(info.value)
     state = out / "state" / "state.pt"

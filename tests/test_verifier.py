@@ -1,12 +1,13 @@
 """domino.verifier: which verifiers load, the embedded verifier's shape, and the aux capture's
-use. (The aux-id convention itself is tested in test_model.py, next to the drafter that reads it.)"""
+use, and the aux-id convention (the speculators and vLLM one) that the drafter reads."""
 
 import pytest
 import torch
 from transformers import LlamaConfig
 
 from conftest import tiny_verifier
-from domino.verifier import AuxCapture, VerifierError, build_embedded_verifier, load_verifier, train_tokenizer
+from domino.verifier import (AuxCapture, VerifierError, aux_states, build_embedded_verifier, load_verifier,
+                             train_tokenizer)
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks."] * 20
 EMBEDDED = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_attention_heads": 2,
@@ -60,3 +61,19 @@ def test_aux_capture_of_the_last_layer_needs_a_forward_first():
     later = v.model(input_ids=torch.tensor([[4, 5, 6]]), output_hidden_states=True)
     torch.testing.assert_close(cap.aux(later.hidden_states)[..., H:], aux[..., H:])
     assert not torch.allclose(later.hidden_states[0], aux[..., :H])
+
+
+def test_aux_id_L_is_the_last_layer_before_the_final_norm(verifier):
+    """vLLM's (and speculators') aux id L is the last layer's raw output; transformers' own
+    hidden_states[L] is after the final norm. Ids below L are transformers' hidden_states[i]."""
+    L = verifier.config.num_hidden_layers
+    ids = torch.arange(1, 12)[None]
+    with torch.no_grad():
+        out = verifier.model(input_ids=ids, output_hidden_states=True)
+    H = verifier.config.hidden_size
+    aux = aux_states(verifier, ids, [1, L, 0])
+    torch.testing.assert_close(aux[..., :H], out.hidden_states[1])
+    torch.testing.assert_close(aux[..., 2 * H:], out.hidden_states[0])
+    last = aux[..., H:2 * H]
+    torch.testing.assert_close(verifier.model.norm(last), out.last_hidden_state)
+    assert not torch.allclose(last, out.hidden_states[L])

@@ -109,6 +109,20 @@ def test_every_stage_reads_exactly_the_keys_it_declares(micro_run):
         assert never == [], (stage, never)
 
 
+def test_a_deleted_checkpoint_is_rebuilt_by_the_cards_command(micro_run, tmp_path):
+    """The README's advice after a deleted file: the card's own command plans the checkpoint's
+    training again (and what follows from it), because the report lists every checkpoint."""
+    weights = micro_run / "results" / "train" / "domino" / "checkpoint" / "model.safetensors"
+    kept = tmp_path / "model.safetensors"
+    weights.rename(kept)
+    try:
+        jobs = planned_jobs(run_snakemake(micro_run, "-n", "reports/model_card.md", "--configfile", "config.yaml",
+                                          "micro.yaml"))
+    finally:
+        kept.rename(weights)
+    assert jobs.get("train") == 1 and jobs.get("report") == 1, jobs
+
+
 def test_html_report(micro_run):
     """The README's --report command on a finished run: one offline HTML file with the plots."""
     args = shlex.split(REPORT_COMMAND)[3:]  # after "snakemake --cores 1"
@@ -135,6 +149,24 @@ def test_editing_a_benchmark_value_reruns_only_benchmark_and_report(micro_run):
 def test_editing_a_training_value_reruns_training_and_what_follows(micro_run):
     jobs = _edit(micro_run, "train:\n  lr: 0.002\n")
     assert jobs == {"train": 3, "validate": 3, "benchmark": 3, "report": 1}, jobs
+
+
+def test_editing_one_variant_reruns_only_its_jobs(micro_run):
+    jobs = _edit(micro_run, "checkpoints:\n  dflash-shift: {train: {lr: 0.002}}\n")
+    assert jobs == {"train": 1, "validate": 1, "benchmark": 1, "report": 1}, jobs
+
+
+def test_a_run_with_other_overlays_is_refused_in_this_directory(micro_run):
+    """One directory holds one configuration: another set of overlays stops before any job."""
+    (micro_run / "other.yaml").write_text("benchmark:\n  max_new_tokens: 10\n")
+    card = micro_run / "reports" / "model_card.md"
+    before = card.stat().st_mtime_ns
+    out = run_snakemake(micro_run, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml", "other.yaml",
+                        check=False)
+    text = out.stdout + out.stderr
+    assert "config error: this directory holds a run with the overlays ['micro.yaml']" in text, text[-2000:]
+    assert "snakemake --directory runs/NAME" in text
+    assert card.stat().st_mtime_ns == before
 
 
 def test_two_runs_are_identical_timing_aside(micro_run, tmp_path):

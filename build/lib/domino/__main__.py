@@ -1,0 +1,70 @@
+"""``python -m domino <stage>``: run one workflow stage without Snakemake.
+
+Every stage takes ``--config`` (a JSON object ``{"declared": [...], "values": {...}}``, the
+config keys the stage declares in ``domino/stages.py`` and their values, as the workflow
+passes them; ``@file.json`` reads it from a file), its paths by name, and ``--log`` (the
+output also goes to that file). ``python -m domino <stage> --help`` lists a stage's paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .common import tee_output
+from .stages import STAGES, UndeclaredKey, run_stage
+
+ROLE_HELP = {"input": "input path", "output": "output path (written atomically)",
+             "param": "path computed by the rule", "wildcard": "the job's wildcard value"}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m domino", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="stage", required=True, metavar="STAGE",
+                           help=", ".join(STAGES))
+    for name, stage in STAGES.items():
+        keys = ", ".join(stage.reads + (("(and, in some configs) " + "...",) if stage.reads_when else ()))
+        sp = sub.add_parser(name, help=f"reads {keys}", description=f"Stage {name}: reads config keys {keys}.")
+        sp.add_argument("--config", required=True, help='{"declared": [...], "values": {...}} as JSON, or @file')
+        sp.add_argument("--log", help="also write the output to this file")
+        for arg, role in stage.paths.items():
+            sp.add_argument("--" + arg.replace("_", "-"), dest=arg, required=True, help=ROLE_HELP[role])
+    return p
+
+
+def read_config(raw: str) -> dict:
+    text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
+    cfg = json.loads(text)
+    if not isinstance(cfg, dict) or set(cfg) != {"declared", "values"}:
+        raise SystemExit('--config must be {"declared": [...], "values": {...}} (see domino/stages.py)')
+    return cfg
+
+
+def interrupted_line(stage: str) -> str:
+    return (f"domino {stage}: interrupted; what was complete is kept (training keeps its state under "
+            "state/); run the same command again to resume")
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
+    cfg = read_config(args.config)
+    paths = {arg: getattr(args, arg) for arg in STAGES[args.stage].paths}
+    with tee_output(args.log):
+        try:
+            run_stage(args.stage, cfg, paths)
+        except KeyboardInterrupt:
+            print(interrupted_line(args.stage), file=sys.stderr)
+            raise SystemExit(130) from None
+        except (ValueError, FileNotFoundError, RuntimeError, UndeclaredKey) as err:
+            # one line for the errors we raise on purpose; DOMINO_TRACEBACK=1 shows the traceback
+            if os.environ.get("DOMINO_TRACEBACK"):
+                raise
+            print(f"domino {args.stage}: {type(err).__name__}: {err}", file=sys.stderr)
+            raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,540 @@
+"""Model card and reproduction report, rendered from the results files only.
+
+Input contract: docs/results.md. Every number in the card comes from those files (or from the
+``card_info`` / ``provenance`` dicts the report stage passes, ``report.py``); formatting lives in
+the Jinja filters below, so a missing value raises instead of rendering empty. The published
+card's figures live in ``published.py``, the scale statement in ``scale.py``, the plots in
+``plots.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from . import io
+from .card_tables import (Estimate, compare, conditional_estimates, estimate, position_estimates, tail_estimate,
+                          teacher_forced_vs_served)
+from .io import read_json, write_text
+from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
+from .published import CHECKPOINTS, LABELS
+from .published import FIGURES as SEED_CARD
+from .published import NAME as SEED_NAME
+from .published import SETTINGS as SEED_SETTINGS
+from .scale import ScaleStatement
+
+COMPARE_TO = "dflash-noshift"  # the seed card's "vs DFlash noshift" column
+HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}
+TEMPLATES = Path(__file__).parent / "templates"
+
+CARD_INFO_KEYS = (
+    "model_name", "verifier", "base_model", "dataset",
+    "samples", "seq_len", "epochs", "lr", "warmup_steps", "lr_schedule", "lambda0", "lambda_ratio",
+    "gamma", "optimizer", "noise", "attention_window", "init", "anchors_per_row", "training_hardware", "scale",
+    "license", "datasets",
+)
+PROMPT_KEYS = ("task_id", "prompt_token_ids", "accepted_per_step", "seconds", "plain_seconds")  # kept for pairing
+PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "python", "stage_seconds")
+
+_VALIDATE_KEYS = ("projector", "shift_label", "first_trained_slot", "first_trained_accuracy", "per_slot", "overall", "anchors")
+_VLLM_KEYS = ("acceptance_length", "tps", "speedup", "prompts", "same_tokens_as_ours", "ours_acceptance_length",
+              "ours_tps")
+_SUMMARY_KEYS = ("acceptance_length", "tps", "per_position_acceptance", "conditional_acceptance",
+                 "drafts_per_step", "speedup", "matches_baseline")
+_METRIC_KEYS = ("step", "loss", "base_loss", "final_loss", "lambda")
+_DRAFTER_KEYS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_layers", "block_size",
+                 "aux_layer_ids", "draft_vocab_size", "target_vocab_size", "target_num_layers", "projector",
+                 "gru_hidden_size", "bottleneck_size", "shift_label", "pure_draft_prefix_len", "correct_from",
+                 "mask_token_id")
+
+
+def _require(obj, keys, path: Path, what: str = "results file"):
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what} {path}: expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise ValueError(f"{what} {path} lacks field(s) {', '.join(missing)}")
+    return obj
+
+
+def read_jsonl(path: str | Path, keys=(), what: str = "results file") -> list[dict]:
+    return io.read_jsonl(path, keys, what)
+
+
+def _paired_plain_seconds(bench: dict) -> float | None:
+    """Total plain-decoding seconds timed beside the speculative run on the same prompts, when the
+    benchmark records them (summary ``plain_seconds``, or ``plain_seconds`` on every prompt)."""
+    if isinstance(bench["summary"].get("plain_seconds"), (int, float)):
+        return float(bench["summary"]["plain_seconds"])
+    per_prompt = [r.get("plain_seconds") for r in bench.get("prompts") or []]
+    if per_prompt and all(isinstance(x, (int, float)) for x in per_prompt):
+        return float(sum(per_prompt))
+    return None
+
+
+def _read_benchmark(p: Path) -> dict:
+    """A benchmark or sampling results file: protocol, summary and, of the per-prompt records, the
+    fields a paired comparison reads (``PROMPT_KEYS``, those present)."""
+    bench = _require(read_json(p), ("protocol", "summary"), p)
+    _require(bench["summary"], _SUMMARY_KEYS, p)
+    prompts = [{k: r[k] for k in PROMPT_KEYS if k in r} for r in bench.get("prompts") or []]
+    return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
+            "path": str(p), "prompts": prompts, "paired_plain_seconds": _paired_plain_seconds(bench)}
+
+
+def _one_protocol(runs: dict, what: str) -> None:
+    protocols = [b["protocol"] for b in runs.values()]
+    if any(p != protocols[0] for p in protocols):
+        paths = ", ".join(b["path"] for b in runs.values())
+        raise ValueError(f"{what} protocols differ between {paths}; the card needs one protocol")
+
+
+def sampling_dir(temperature: float) -> str:
+    """``results/sampling/`` folder of a temperature, as the workflow names it (``T0.6``)."""
+    return f"T{temperature:g}"
+
+
+def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,)) -> dict:
+    """Read every results file the card needs (docs/results.md); raise naming any bad file.
+
+    ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
+    among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
+    ``results/vllm_benchmark/{run}.json``; "baseline" must be among them. ``temperatures``
+    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``."""
+    root = Path(results_dir)
+    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
+           "sampling": {}}
+    for ckpt in checkpoints:
+        p = root / "validate" / f"{ckpt}.json"
+        out["validate"][ckpt] = _require(read_json(p), _VALIDATE_KEYS, p)
+        _require(out["validate"][ckpt]["overall"], ("base_acc", "final_acc"), p)
+        for slot in out["validate"][ckpt]["per_slot"]:
+            _require(slot, ("slot", "target", "base_acc", "final_acc"), p)
+        train = root / "train" / ckpt
+        out["metrics"][ckpt] = read_jsonl(train / "metrics.jsonl", _METRIC_KEYS)
+        p = train / "summary.json"
+        out["train_summary"][ckpt] = _require(read_json(p), ("steps", "epochs", "seconds"), p)
+        p = train / "checkpoint" / "drafter_config.json"
+        out["drafter_config"][ckpt] = _require(read_json(p), _DRAFTER_KEYS, p)
+    for run in ("baseline", *checkpoints):
+        out["benchmark"][run] = _read_benchmark(root / "benchmark" / f"{run}.json")
+    _one_protocol(out["benchmark"], "benchmark")
+    for t in sorted(t for t in temperatures if t > 0):
+        runs = {run: _read_benchmark(root / "sampling" / sampling_dir(t) / f"{run}.json")
+                for run in ("baseline", *checkpoints)}
+        _one_protocol(runs, f"sampling (T = {t:g})")
+        out["sampling"][t] = runs
+    if vllm_runs and "baseline" not in vllm_runs:
+        raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
+    for run in vllm_runs:
+        p = root / "vllm_benchmark" / f"{run}.json"
+        bench = _require(read_json(p), ("protocol", "summary"), p)
+        _require(bench["summary"], _VLLM_KEYS, p)
+        out["vllm"][run] = {"protocol": bench["protocol"], "summary": bench["summary"]}
+    return out
+
+
+# ---------------------------------------------------------------- formatting filters
+
+def _num(x):
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"expected a number, got {x!r}")
+    return x
+
+
+def f3(x):
+    return f"{_num(x):.3f}"
+
+
+def f2(x):
+    return f"{_num(x):.2f}"
+
+
+def f1(x):
+    return f"{_num(x):.1f}"
+
+
+def pct(x):
+    """Fraction -> percent with one decimal."""
+    return f"{100 * _num(x):.1f}%"
+
+
+def signed_pct(x):
+    """Relative change (fraction) -> signed percent, e.g. +27.7%."""
+    return f"{100 * _num(x):+.1f}%"
+
+
+def signed_pp(x):
+    """Difference of two fractions -> signed percentage points."""
+    return f"{100 * _num(x):+.1f} pp"
+
+
+def signed(x, decimals=3):
+    return f"{_num(x):+.{decimals}f}"
+
+
+def thousands(x):
+    return f"{_num(x):,}"
+
+
+def sci(x):
+    """Learning-rate style: 0.0006 -> 6e-4."""
+    mant, exp = f"{_num(x):e}".split("e")
+    mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{int(exp)}"
+
+
+def plain(x):
+    """Shortest exact form of a float (1.0, 0.5, 0.75)."""
+    return repr(float(_num(x)))
+
+
+def g(x):
+    """Compact general form (7.0 -> 7, 0.05 -> 0.05)."""
+    return f"{_num(x):g}"
+
+
+def times(x):
+    return f"{_num(x):.2f}×"
+
+
+INTERVAL_FORMATS = {"f3": f3, "f2": f2, "f1": f1, "pct": pct, "signed_pct": signed_pct, "times": times}
+
+
+def ci(est: Estimate | None, kind: str = "f3") -> str:
+    """An estimate and its 95% interval, both in format ``kind``: "2.156 [2.022, 2.308]"; "[n/a]"
+    when the results file has no interval, "n/a" when it lacks the figure itself."""
+    if est is None:
+        return "n/a"
+    fmt = INTERVAL_FORMATS[kind]
+    bounds = f"[{fmt(est.low)}, {fmt(est.high)}]" if est.has_interval else "[n/a]"
+    return f"{fmt(est.value)} {bounds}"
+
+
+def _env() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters.update(f3=f3, f2=f2, f1=f1, pct=pct, signed_pct=signed_pct, signed_pp=signed_pp,
+                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci)
+    return env
+
+
+# ---------------------------------------------------------------- context
+
+@dataclass(frozen=True)
+class StepCost:
+    """Where a speculative step's time goes, against plain decoding's time per token.
+
+    A plain step yields one token, so ``speedup = tokens_per_step / cost_in_plain_steps`` exactly
+    (both sides come from the same totals); acceptance length can exceed tokens per step a little
+    where the token budget cut a step's accepted drafts short."""
+    tokens_per_step: float       # new tokens / speculative steps
+    cost_in_plain_steps: float   # (seconds / steps) / plain seconds per token
+    draft_share: float           # drafting seconds / total seconds
+    verify_share: float          # verification seconds / total seconds
+    other_share: float           # the rest: acceptance checks, cache bookkeeping
+    speedup: float               # tokens_per_step / cost_in_plain_steps
+    paired: bool                 # plain time measured beside this run on the same prompts
+
+
+def step_cost(summary: dict, plain_seconds_per_token: float, paired: bool = False) -> StepCost:
+    """``summary``: a speculative run's benchmark summary (``steps``, ``new_tokens``, ``seconds``,
+    ``draft_seconds``, ``verify_seconds``)."""
+    if summary["steps"] <= 0 or summary["seconds"] <= 0 or plain_seconds_per_token <= 0:
+        raise ValueError(f"step cost needs positive steps, seconds and plain time, got {summary['steps']}, "
+                         f"{summary['seconds']}, {plain_seconds_per_token}")
+    per_step = summary["seconds"] / summary["steps"]
+    draft, verify = summary["draft_seconds"] / summary["seconds"], summary["verify_seconds"] / summary["seconds"]
+    tokens = summary["new_tokens"] / summary["steps"]
+    cost = per_step / plain_seconds_per_token
+    return StepCost(tokens, cost, draft, verify, 1.0 - draft - verify, tokens / cost, paired)
+
+
+def _plain_seconds_per_token(res: dict, run: str) -> tuple[float, bool]:
+    """Paired plain time of the same prompts when recorded, else the plain-greedy job's."""
+    b = res["benchmark"][run]
+    if b["paired_plain_seconds"] is not None:
+        return b["paired_plain_seconds"] / b["summary"]["new_tokens"], True
+    base = res["benchmark"]["baseline"]["summary"]
+    return base["seconds"] / base["new_tokens"], False
+
+
+def _pos_columns(per_pos: list[float]) -> list[float | None]:
+    """[pos_0, pos_1, pos_2, pos_3, pos_4+]; pos_4+ is the SUM over positions >= 4; None if not drafted."""
+    head = [per_pos[i] if i < len(per_pos) else None for i in range(4)]
+    return head + [sum(per_pos[4:])]
+
+
+def _pos_estimates(bench: dict) -> list[Estimate | None]:
+    """``_pos_columns`` with intervals: the recorded ones for pos_0..pos_3, a derived one for pos_4+."""
+    per_pos = position_estimates(bench["summary"])
+    return [per_pos[i] if i < len(per_pos) else None for i in range(4)] + [tail_estimate(bench, 4)]
+
+
+def _first_slot_accuracy(v: dict) -> float | None:
+    """Final teacher-forced accuracy of the slot that predicts a+1 (slot 0 shifted, slot 1 not)."""
+    return next((s["final_acc"] for s in v["per_slot"] if s["target"] == "a+1"), None)
+
+
+def _conditional(summary: dict) -> list[float | None]:
+    """Conditional acceptance, None where the previous position was never accepted (undefined)."""
+    per_pos, cond = summary["per_position_acceptance"], summary["conditional_acceptance"]
+    return [c if i == 0 or per_pos[i - 1] > 0 else None for i, c in enumerate(cond)]
+
+
+def _first_trained(v: dict) -> dict | None:
+    if v["first_trained_slot"] is None:
+        return None
+    slot = next(p for p in v["per_slot"] if p["slot"] == v["first_trained_slot"])
+    return {"slot": slot["slot"], "target": slot["target"], "accuracy": v["first_trained_accuracy"]}
+
+
+def _checkpoint_row(res: dict, ckpt: str) -> dict:
+    bench, ref_bench = res["benchmark"][ckpt], res["benchmark"][COMPARE_TO]
+    s, v = bench["summary"], res["validate"][ckpt]
+    train = res["train_summary"][ckpt]
+    vs_ref = None if ckpt == COMPARE_TO else compare(bench, ref_bench)
+    return {
+        "al_est": estimate(s, "acceptance_length"), "al_prompt_mean": estimate(s, "acceptance_length_per_prompt_mean"),
+        "tps_est": estimate(s, "tps"), "plain_tps": estimate(s, "plain_tps"), "speedup_est": estimate(s, "speedup"),
+        "pos_est": _pos_estimates(bench), "cond_est": conditional_estimates(bench), "vs_ref": vs_ref,
+        "first_slot_acc": _first_slot_accuracy(v), "tf": teacher_forced_vs_served(v, bench),
+        "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
+        "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
+        "al": s["acceptance_length"], "tps": s["tps"], "speedup": s["speedup"],
+        "matches_baseline": s["matches_baseline"], "drafts": s["drafts_per_step"],
+        "near_ties": len(s.get("near_tie_divergences") or []), "tie_tolerance": s.get("tie_tolerance"),
+        "is_ref": ckpt == COMPARE_TO,
+        "pos": _pos_columns(s["per_position_acceptance"]),
+        "cond": _conditional(s),
+        "cond_steps": steps_behind_conditional(s),
+        "cost": step_cost(s, *_plain_seconds_per_token(res, ckpt)),
+        "steps": train["steps"], "epochs": train["epochs"], "train_seconds": train["seconds"],
+    }
+
+
+def _check_inputs(res: dict, card_info: dict, provenance: dict, changes: dict) -> None:
+    missing = [k for k in CARD_INFO_KEYS if k not in card_info]
+    if missing:
+        raise ValueError(f"card_info lacks {', '.join(missing)}")
+    missing = [k for k in PROVENANCE_KEYS if k not in provenance]
+    if missing:
+        raise ValueError(f"provenance lacks {', '.join(missing)}")
+    if not isinstance(card_info["scale"], ScaleStatement):
+        raise ValueError(f"card_info scale must be a scale.ScaleStatement, got {card_info['scale']!r}")
+    for needed in ("domino", COMPARE_TO):
+        if needed not in res["validate"]:
+            raise ValueError(f"the card needs the {needed!r} checkpoint; got {list(res['validate'])}")
+    undescribed = [c for c in res["validate"] if c not in CHECKPOINTS and c not in changes]
+    if undescribed:
+        raise ValueError(f"the Ablations table needs what {', '.join(undescribed)} change(s) relative to Domino "
+                         "(render_card's changes)")
+
+
+def _validation_column_note() -> dict:
+    """What the published per-position "Base acc" column is, computed from its own figures."""
+    v = SEED_CARD["validation"]
+    return {"equal_columns": v["base_acc"] == v["final_acc"], "positions": len(v["base_acc"]),
+            "column_mean": statistics.mean(v["base_acc"]), "overall": v["overall"]}
+
+
+def _domino_vs_dflash(res: dict, rows: list[dict]) -> list[dict]:
+    """Domino against each DFlash row of the card: paired relative differences."""
+    dom = res["benchmark"]["domino"]
+    return [{"label": f"Domino vs {r['label']}", "vs": r["label"], "cmp": compare(dom, res["benchmark"][r["name"]])}
+            for r in rows if r["projector"] == "dflash"]
+
+
+def _ablation_rows(res: dict, by_name: dict, changes: dict) -> list[dict] | None:
+    """Every configured variant (the card's rows first) beside Domino; None without an extra variant."""
+    if all(c in CHECKPOINTS for c in by_name):
+        return None
+    dom = res["benchmark"]["domino"]
+    order = [c for c in CHECKPOINTS if c in by_name] + [c for c in by_name if c not in CHECKPOINTS]
+    return [{**by_name[c], "changes": "(reference)" if c == "domino" else changes.get(c) or "—",
+             "vs_domino": None if c == "domino" else compare(res["benchmark"][c], dom).acceptance_length}
+            for c in order]
+
+
+def _sampling_rows(res: dict, names: list[str], temperatures) -> list[dict] | None:
+    """Per temperature (T = 0 from the greedy files) and checkpoint: AL, per-position acceptance
+    and paired speedup; None when only greedy decoding was run."""
+    if not res["sampling"]:
+        return None
+    runs = {0.0: res["benchmark"], **res["sampling"]}
+    out = []
+    for t in sorted(runs if 0 in temperatures else res["sampling"]):
+        for c in names:
+            b = runs[t][c]
+            out.append({"temperature": t, "label": LABELS.get(c, c), "al": estimate(b["summary"], "acceptance_length"),
+                        "pos": _pos_estimates(b), "speedup": estimate(b["summary"], "speedup")})
+    decoding = {t: runs[t]["baseline"]["protocol"]["decoding"] for t in res["sampling"]}
+    return {"rows": out, "decoding": decoding}
+
+
+def _tf_table(rows: list[dict]) -> list[dict]:
+    """Per drafted position: each row's (teacher-forced accuracy, served conditional acceptance);
+    None where the checkpoint drafts no such position."""
+    depth = max(len(r["tf"].positions) for r in rows)
+    return [{"position": i, "target": f"a+{i + 1}",
+             "cells": [r["tf"].positions[i] if i < len(r["tf"].positions) else None for r in rows]}
+            for i in range(depth)]
+
+
+def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None = None,
+             temperatures=(0,)) -> dict:
+    """``changes``: for each variant beyond the card's three, what it changes relative to Domino
+    (``report.variant_changes``)."""
+    changes = changes or {}
+    _check_inputs(res, card_info, provenance, changes)
+    by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
+    rows = [by_name[c] for c in CHECKPOINTS if c in by_name]  # the seed tables keep the card's three rows
+    dom, noshift = by_name["domino"], by_name[COMPARE_TO]
+    return {
+        "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
+        "domino_vs": _domino_vs_dflash(res, rows), "ablations": _ablation_rows(res, by_name, changes),
+        "sampling": _sampling_rows(res, list(by_name), temperatures),
+        "boot": res["benchmark"]["domino"]["summary"].get("bootstrap"),
+        "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in CHECKPOINTS] + [
+            r for c, r in by_name.items() if c not in CHECKPOINTS],
+        "baseline_row": {"tps": estimate(res["benchmark"]["baseline"]["summary"], "tps")},
+        "cfg": res["drafter_config"]["domino"],  # the verifier's shape, as the drafter was built for it
+        "a1_ratio": dom["pos"][0] / noshift["pos"][0] if noshift["pos"][0] else None,
+        "baseline": res["benchmark"]["baseline"]["summary"], "baseline_label": LABELS["baseline"],
+        "protocol": res["benchmark"]["baseline"]["protocol"],
+        "val": res["validate"]["domino"], "plots": PLOTS, "min_steps": MIN_STEPS,
+        "any_missing_pos": any(p is None for r in rows for p in r["pos"]),
+        "any_undefined_cond": any(c is None for c in dom["cond"]),
+        "any_few_steps": any(n < MIN_STEPS for n in dom["cond_steps"]),
+        "total_seconds": sum(provenance["stage_seconds"].values()),
+        "scale": card_info["scale"], "scale_sentence": card_info["scale"].sentence(),
+        "same_budget": len({(r["steps"], r["epochs"]) for r in by_name.values()}) == 1,
+        "vllm": _vllm_rows(res["vllm"]), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
+        "published": SEED_SETTINGS,
+    }
+
+
+def _vllm_rows(vllm: dict) -> dict | None:
+    """The vLLM cross-check table: each served run beside the project's own loop."""
+    if not vllm:
+        return None
+    rows = [{"label": LABELS.get(run, run), **b["summary"]} for run, b in vllm.items()]
+    return {"backend": vllm["baseline"]["protocol"]["backend"], "rows": rows}
+
+
+# ---------------------------------------------------------------- front matter
+
+def _front_matter(ctx: dict) -> str:
+    """YAML front matter: ``base_model`` only for a Hub verifier, ``datasets`` only when Hub data was read."""
+    info, protocol = ctx["info"], ctx["protocol"]
+    evals = [
+        EvalResult(
+            task_type="text-generation", task_name="Speculative decoding",
+            dataset_type=HUB_DATASETS.get(protocol["dataset"], protocol["dataset"]),
+            dataset_name=protocol["dataset"], dataset_split="test",
+            metric_type="acceptance_length", metric_name=f"Acceptance length ({r['label']})",
+            metric_value=round(float(r["al"]), 3),
+        )
+        for r in ctx["rows"]
+    ]
+    data = ModelCardData(
+        model_name=info["model_name"], language="en", license=info["license"], base_model=info["base_model"],
+        pipeline_tag="text-generation", library_name="domino",
+        tags=["speculative-decoding", "domino", "dflash", "qwen3", "draft-model"],
+        datasets=list(info["datasets"]) or None, eval_results=evals,
+    )
+    return f"---\n{data.to_yaml()}\n---\n\n"
+
+
+def check_front_matter(card_text: str) -> ModelCardData:
+    """Validate a card's metadata offline with huggingface_hub: it parses (eval results included,
+    errors not ignored), ``base_model`` and every ``datasets`` entry are well-formed Hub ids, and
+    the license and model-index are present. Returns the parsed metadata; raises ValueError."""
+    try:
+        data = ModelCard(card_text, ignore_metadata_errors=False).data
+    except ValueError as err:
+        raise ValueError(f"card front matter does not parse as Hub metadata: {err}") from None
+    ids = [("base_model", data.base_model)] if data.base_model is not None else []
+    ids += [("datasets", d) for d in data.datasets or []]
+    for key, value in ids:
+        try:
+            validate_repo_id(value)
+        except HFValidationError as err:
+            raise ValueError(f"card front matter {key}: {value!r} is not a Hub id ({err})") from None
+    if not data.license or not data.eval_results:
+        raise ValueError("card front matter lacks a license or eval results")
+    return data
+
+
+# ---------------------------------------------------------------- reproduction report
+
+def _reproduction_rows(ctx: dict) -> dict:
+    """Published vs measured, grouped by table. Each row: label, published, measured, kind.
+
+    The published per-position "Base acc" column is its final branch's accuracy (see
+    ``_validation_column_note``), so each position is set beside this run's final accuracy."""
+    rows = {r["name"]: r for r in ctx["rows"]}
+    ck = [c for c in CHECKPOINTS if c in rows]
+    aggregate = [(f"Accept len, {LABELS[c]}", SEED_CARD["acceptance_length"][c], rows[c]["al"], "f3") for c in ck]
+    aggregate += [(f"TPS, {LABELS[c]}", SEED_CARD["tps"][c], rows[c]["tps"], "f1") for c in ck]
+    aggregate += [(f"First trained prediction accuracy, {LABELS[c]}", SEED_CARD["first_trained_accuracy"][c],
+                   rows[c]["first"]["accuracy"] if rows[c]["first"] else None, "pct")
+                  for c in ck if SEED_CARD["first_trained_accuracy"][c] is not None]
+    names = ["pos_0", "pos_1", "pos_2", "pos_3", "pos_4+"]
+    per_pos = [(f"{LABELS[c]} {n}", SEED_CARD["per_position"][c][i], rows[c]["pos"][i], "f3")
+               for c in ck for i, n in enumerate(names)]
+    cond = ctx["domino"]["cond"]
+    conditional = [(f"Position {i}", p, cond[i] if i < len(cond) else None, "pct")
+                   for i, p in enumerate(SEED_CARD["domino_conditional"])]
+    val = {s["slot"]: s for s in ctx["val"]["per_slot"]}
+    seed_val = SEED_CARD["validation"]
+    validation = [(f"Position {i} accuracy", published, val[i]["final_acc"] if i in val else None, "pct")
+                  for i, published in enumerate(seed_val["base_acc"])]
+    validation += [(f"Overall {name}", seed_val["overall"][key], ctx["val"]["overall"][key], "pct")
+                   for key, name in (("base_acc", "Base acc"), ("final_acc", "Final acc"))]
+    tables = {"aggregate": aggregate, "per_position": per_pos, "conditional": conditional, "validation": validation}
+    missing = any(row[2] is None for rows_ in tables.values() for row in rows_)
+    return {**tables, "missing": missing}
+
+
+# ---------------------------------------------------------------- entry point
+
+class CardPaths(NamedTuple):
+    """Where the report writes: the card and the reproduction report; the plots go beside the
+    card under the names in ``domino.plots.PLOTS``, which the card links to."""
+
+    card: Path
+    reproduction: Path
+
+    @classmethod
+    def under(cls, out_dir: str | Path) -> "CardPaths":
+        d = Path(out_dir)
+        return cls(d / "model_card.md", d / "reproduction.md")
+
+
+def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, provenance: dict,
+                vllm_runs=(), checkpoints=CHECKPOINTS, changes: dict | None = None, temperatures=(0,)) -> list[Path]:
+    """Write the card, the reproduction report and the PNG plots; return their paths. ``out`` is
+    a ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it).
+
+    ``checkpoints``: every configured variant; those beyond the card's three rows go into the
+    Ablations table, each described by ``changes[name]`` (what it changes relative to Domino).
+    ``temperatures``: ``benchmark.temperatures``; any T > 0 adds the speculative-sampling table.
+    The front matter is validated (``check_front_matter``) before anything is written."""
+    out = out if isinstance(out, CardPaths) else CardPaths.under(out)
+    res = load_results(Path(results_dir), checkpoints, vllm_runs, temperatures)
+    ctx = _context(res, card_info, provenance, changes, temperatures)
+    env = _env()
+    card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
+    check_front_matter(card)
+    repro = env.get_template("reproduction.md.j2").render(seed=_reproduction_rows(ctx), **ctx)
+    written = write_plots(res, ctx["rows"], Path(out.card).parent)
+    write_text(out.card, card)
+    write_text(out.reproduction, repro)
+    return [Path(out.card), Path(out.reproduction), *written]

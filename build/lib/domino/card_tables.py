@@ -1,0 +1,191 @@
+"""Figures with intervals for the card, from the benchmark and validate results files.
+
+Conventions, stated once:
+
+* An ``Estimate`` is a figure with its 95% interval ``[low, high]``; ``low``/``high`` are None
+  when the results file predates intervals (the card prints "n/a" there).
+* Intervals recorded in a results file (``*_ci``, docs/results.md) are used as they are. The
+  card derives a few more from the per-prompt records with ``domino.stats``, with the file's
+  own bootstrap settings (``summary.bootstrap``: resamples, seed, level): the sum of the
+  per-position acceptances from position 4 on, the conditional acceptances, and paired
+  comparisons between checkpoints (``domino.bench.compare_runs``).
+* Draft position i is the i-th drafted token of a step, the token ``a+i+1`` after the anchor
+  ``a``; validate's block slot with that target is the same token teacher-forced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from .bench import compare_runs
+from .stats import implied_acceptance_length, ratio_of_sums
+
+
+class Estimate(NamedTuple):
+    value: float
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    def excludes(self, x: float) -> bool | None:
+        """Whether the interval leaves out ``x``; None without an interval."""
+        return None if not self.has_interval else not (self.low <= x <= self.high)
+
+
+def estimate(summary: dict, key: str) -> Estimate | None:
+    """``summary[key]`` with ``summary[key + "_ci"]`` when recorded; None when the key is absent."""
+    if summary.get(key) is None:
+        return None
+    bounds = summary.get(f"{key}_ci")
+    return Estimate(summary[key], *bounds) if bounds else Estimate(summary[key])
+
+
+def position_estimates(summary: dict) -> list[Estimate]:
+    """Per-position acceptance a_i with its recorded interval (none on older files)."""
+    values, bounds = summary["per_position_acceptance"], summary.get("per_position_acceptance_ci")
+    if not bounds or len(bounds) != len(values):
+        return [Estimate(v) for v in values]
+    return [Estimate(v, *b) for v, b in zip(values, bounds)]
+
+
+class Bootstrap(NamedTuple):
+    resamples: int
+    seed: int
+    level: float
+
+
+def bootstrap_settings(bench: dict) -> Bootstrap | None:
+    b = bench["summary"].get("bootstrap")
+    return Bootstrap(int(b["resamples"]), int(b["seed"]), float(b["level"])) if b else None
+
+
+def _accepted(bench: dict) -> list[list[int]] | None:
+    """Accepted drafts per step, one list per prompt; None when the file keeps no per-prompt records."""
+    prompts = bench.get("prompts") or []
+    if not prompts or any("accepted_per_step" not in p for p in prompts):
+        return None
+    return [p["accepted_per_step"] for p in prompts]
+
+
+def _at_least(accepted: list[list[int]], k: int) -> np.ndarray:
+    """(n,) per prompt: steps with at least k accepted drafts (k = 0: all steps)."""
+    return np.array([sum(c >= k for c in p) for p in accepted], dtype=float)
+
+
+def tail_estimate(bench: dict, start: int = 4) -> Estimate:
+    """sum_{i >= start} a_i (the card's pos_4+): accepted drafts beyond ``start`` per step, with a
+    bootstrap interval from the per-prompt records when the file has them."""
+    value = float(sum(bench["summary"]["per_position_acceptance"][start:]))
+    accepted, boot = _accepted(bench), bootstrap_settings(bench)
+    if accepted is None or boot is None or not any(accepted):
+        return Estimate(value)
+    beyond = np.array([sum(max(0, c - start) for c in p) for p in accepted], dtype=float)
+    iv = ratio_of_sums(beyond, _at_least(accepted, 0), boot.resamples, boot.seed, boot.level)
+    return Estimate(value, iv.low, iv.high)
+
+
+def conditional_estimates(bench: dict) -> list[Estimate | None]:
+    """Conditional acceptance a_i / a_(i-1) per position, None where a_(i-1) is 0 (undefined);
+    the interval resamples prompts (numerator and denominator step counts together)."""
+    s = bench["summary"]
+    per_pos, cond = s["per_position_acceptance"], s["conditional_acceptance"]
+    accepted, boot = _accepted(bench), bootstrap_settings(bench)
+    out = []
+    for i, c in enumerate(cond):
+        if i > 0 and per_pos[i - 1] <= 0:
+            out.append(None)
+        elif accepted is None or boot is None:
+            out.append(Estimate(c))
+        else:
+            iv = ratio_of_sums(_at_least(accepted, i + 1), _at_least(accepted, i), boot.resamples, boot.seed,
+                               boot.level)
+            out.append(Estimate(c, iv.low, iv.high))
+    return out
+
+
+def _pairable(bench: dict) -> bool:
+    prompts = bench.get("prompts") or []
+    keys = ("task_id", "prompt_token_ids", "accepted_per_step", "seconds", "plain_seconds")
+    return bool(prompts) and all(k in p for p in prompts for k in keys) and bootstrap_settings(bench) is not None
+
+
+class Comparison(NamedTuple):
+    """A vs B as relative differences ``A / B - 1``; paired intervals when both files allow."""
+    acceptance_length: Estimate
+    speedup: Estimate
+
+
+def compare(bench_a: dict, bench_b: dict) -> Comparison:
+    """Paired bootstrap (``domino.bench.compare_runs``) over the prompts both runs decoded, with
+    A's bootstrap settings; point estimates only when either file lacks per-prompt timings."""
+    if _pairable(bench_a) and _pairable(bench_b):
+        boot = bootstrap_settings(bench_a)
+        c = compare_runs(bench_a, bench_b, boot.seed, boot.resamples)
+        return Comparison(Estimate(c.acceptance_length.estimate, c.acceptance_length.low, c.acceptance_length.high),
+                          Estimate(c.speedup.estimate, c.speedup.low, c.speedup.high))
+    sa, sb = bench_a["summary"], bench_b["summary"]
+    return Comparison(Estimate(sa["acceptance_length"] / sb["acceptance_length"] - 1),
+                      Estimate(sa["speedup"] / sb["speedup"] - 1))
+
+
+# ---------------------------------------------------------------- teacher-forced vs served
+
+@dataclass(frozen=True)
+class PositionPair:
+    position: int
+    target: str                  # "a+1" for position 0
+    teacher_forced: float        # validate's final (served-branch) accuracy of the slot with that target
+    served: Estimate | None      # conditional acceptance; None where undefined
+
+    @property
+    def gap(self) -> float | None:
+        """served - teacher-forced, as a fraction; None where the served rate is undefined."""
+        return None if self.served is None else self.served.value - self.teacher_forced
+
+
+@dataclass(frozen=True)
+class TeacherForcedVsServed:
+    positions: list[PositionPair]
+    implied_al: float            # stats.implied_acceptance_length of the teacher-forced accuracies
+    served_al: Estimate          # pooled acceptance length
+    first_apart: PositionPair | None  # first position whose served interval leaves out the teacher-forced value
+    widest: PositionPair | None  # of those positions (of all, without intervals), the largest |gap|
+    intervals: bool              # served intervals available
+
+    @property
+    def al_gap(self) -> float:
+        return self.served_al.value - self.implied_al
+
+    @property
+    def al_relative(self) -> float:
+        return self.served_al.value / self.implied_al - 1
+
+
+def teacher_forced_vs_served(validate: dict, bench: dict) -> TeacherForcedVsServed:
+    """Per drafted position, the teacher-forced accuracy beside the served conditional acceptance,
+    and the acceptance length the former implies beside the served one."""
+    by_target = {s["target"]: s for s in validate["per_slot"]}
+    served = conditional_estimates(bench)
+    pairs = []
+    for i, est in enumerate(served):
+        slot = by_target.get(f"a+{i + 1}")
+        if slot is None:
+            raise ValueError(f"validate file of {validate.get('checkpoint')!r} has no slot predicting a+{i + 1}")
+        pairs.append(PositionPair(i, f"a+{i + 1}", slot["final_acc"], est))
+    defined = [p for p in pairs if p.served is not None]
+    apart = [p for p in defined if p.served.excludes(p.teacher_forced)]
+    return TeacherForcedVsServed(
+        positions=pairs,
+        implied_al=implied_acceptance_length([p.teacher_forced for p in pairs]),
+        served_al=estimate(bench["summary"], "acceptance_length"),
+        first_apart=apart[0] if apart else None,
+        widest=max(apart if apart or any(p.served.has_interval for p in defined) else defined,
+                   key=lambda p: abs(p.gap), default=None),
+        intervals=any(p.served.has_interval for p in defined),
+    )

@@ -1,0 +1,112 @@
+"""Helpers every part of the project shares: dtypes, the process set-up of a stage, the
+hardware description, data-parallel set-up and the log that goes to the terminal and a file.
+
+Nothing here knows about drafters, verifiers or the workflow; it is the neutral module that
+the library, the stage layer and the tools import.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def setup_process(seed: int, threads: int | None) -> None:
+    """Seed torch, fix the CPU thread count and ask for deterministic kernels."""
+    torch.manual_seed(seed)
+    if threads:
+        torch.set_num_threads(int(threads))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def check_device(device: str) -> str:
+    """``device`` itself, or a one-line refusal when CUDA is asked for and none is visible."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("config device is 'cuda' but no CUDA device is visible")
+    return device
+
+
+def hardware() -> str:
+    """The accelerator's name, or the CPU with its core and thread counts."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"CPU {platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+
+
+def log(msg: str) -> None:
+    """One line of progress on stderr (the terminal, and the rule's log under Snakemake)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+class _Tee:
+    """A text stream that writes to the terminal's stream and to a log file."""
+
+    def __init__(self, stream, fh):
+        self.stream, self.fh = stream, fh
+
+    def write(self, text: str) -> int:
+        self.fh.write(text)
+        self.fh.flush()
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.fh.flush()
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False  # progress bars print plain lines: a log file holds no cursor movements
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def tee_output(log_path: str | Path | None):
+    """Send stdout and stderr both to the terminal and to ``log_path`` (overwritten)."""
+    if not log_path:
+        yield
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as fh:
+        old = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Tee(old[0], fh), _Tee(old[1], fh)
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = old
+
+
+def world_size() -> int:
+    """Processes of a torchrun launch (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@contextmanager
+def distributed(device: str):
+    """Data-parallel set-up around a training run; yields the device this process uses.
+
+    Without torchrun (``WORLD_SIZE`` unset or 1) it does nothing. Under torchrun it starts the
+    process group: nccl with one GPU per process on CUDA, gloo on CPU.
+    """
+    if world_size() == 1:
+        yield device
+        return
+    import torch.distributed as dist
+
+    cuda = device.startswith("cuda")
+    dist.init_process_group("nccl" if cuda else "gloo")
+    if cuda:
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        torch.cuda.set_device(device)
+    try:
+        yield device
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,93 @@
+"""Compare two runs, timing aside: ``python -m domino.compare RUN_A RUN_B``.
+
+RUN_A and RUN_B are workflow directories (each with ``results/`` and ``reports/``). Every file
+under ``results/`` must be byte-identical, except that JSON files are compared with their
+timing fields removed; in ``reports/model_card.md`` every table cell must match except the
+columns that hold timings (TPS, speedup, step cost and time shares, wall and training time).
+Prints the paths that differ and how many; exits 1 on a difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+# JSON keys holding timings, and what derives from them (paired speedup intervals included)
+TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
+TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|vs DFlash noshift", re.I)
+
+
+def strip_timing(obj):
+    if isinstance(obj, dict):
+        return {k: strip_timing(v) for k, v in obj.items() if not TIMING_KEY.search(k)}
+    if isinstance(obj, list):
+        return [strip_timing(v) for v in obj]
+    return obj
+
+
+def card_tables(text: str) -> list[list[str]]:
+    """Markdown table rows of a card, with timing columns blanked."""
+    rows, mask = [], []
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            mask = []
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not mask:  # a header row
+            mask = [bool(TIMING_COLUMNS.search(c)) for c in cells]
+        rows.append([("*" if m else c) for c, m in zip(cells, mask + [False] * len(cells))])
+    return rows
+
+
+def result_files(run: Path) -> list[Path]:
+    """Files under ``run/results``, relative to ``run``."""
+    return sorted(p.relative_to(run) for p in (run / "results").rglob("*") if p.is_file())
+
+
+def compare_runs(a: str | Path, b: str | Path) -> list[str]:
+    """One line per path that differs (``results/...`` files, then ``reports/model_card.md``), timing aside."""
+    a, b = Path(a), Path(b)
+    diffs = []
+    fa, fb = result_files(a), result_files(b)
+    diffs += [f"{rel} only in A" for rel in sorted(set(fa) - set(fb))]
+    diffs += [f"{rel} only in B" for rel in sorted(set(fb) - set(fa))]
+    for rel in sorted(set(fa) & set(fb)):
+        pa, pb = a / rel, b / rel
+        if rel.suffix == ".json":
+            same = strip_timing(json.loads(pa.read_text())) == strip_timing(json.loads(pb.read_text()))
+        else:
+            same = pa.read_bytes() == pb.read_bytes()
+        if not same:
+            diffs.append(f"{rel} differs")
+    ca, cb = a / "reports" / "model_card.md", b / "reports" / "model_card.md"
+    if ca.exists() and cb.exists():
+        ta, tb = card_tables(ca.read_text()), card_tables(cb.read_text())
+        if ta != tb:
+            bad = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
+            diffs.append(f"reports/model_card.md differs: tables differ in {len(bad) + abs(len(ta) - len(tb))} rows, "
+                         f"first: {ta[bad[0]] if bad else '(row count)'}")
+    return diffs
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m domino.compare", description=__doc__.split("\n")[0])
+    p.add_argument("run_a", help="a workflow run directory (with results/ and reports/)")
+    p.add_argument("run_b", help="another one")
+    a = p.parse_args(argv)
+    args = [a.run_a, a.run_b]
+    diffs = compare_runs(*args)
+    n = len(set(result_files(Path(args[0]))) | set(result_files(Path(args[1]))))
+    for d in diffs:
+        print(d)
+    if diffs:
+        print(f"DIFFERENT: {len(diffs)} of {n} files under results/ and the card's tables differ, timing aside")
+    else:
+        print(f"identical: {n} files under results/ and the card's tables, timing aside")
+    raise SystemExit(1 if diffs else 0)
+
+
+if __name__ == "__main__":
+    main()

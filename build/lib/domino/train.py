@@ -1,0 +1,646 @@
+"""Training and validation of a drafter on extracted features.
+
+Everything random is derived from ``(seed, epoch)`` or ``(seed, step, row)``: the row order of
+each epoch, the anchors of each row and its aux-state noise. A resumed run therefore only needs
+the weights, the optimizer state and the step to continue exactly where it stopped; the
+learning rate and lambda are functions of the step. Because randomness is per row, data-parallel
+ranks that split a step's rows draw exactly what a single process would.
+
+Data parallelism (``torchrun``, gloo on CPU, nccl on CUDA): each rank takes every
+``world``-th row of the step's global batch, the supervised-slot count is summed over ranks
+before the loss is normalised, and gradients are summed, so the update equals the
+single-process update on the same global batch. Rank 0 alone writes files.
+
+Anchors (PR 685 style): up to ``anchors_per_row`` distinct positions per packed row, drawn
+without replacement among the valid ones: at least one context token of the same document
+before the anchor, the whole block and its shifted target (``a .. a+B``) inside the same
+document, and an assistant token at ``a+1``. The same rule serves all three checkpoints so
+that their budgets are identical.
+
+Optimizers (``TrainConfig.optimizer``): ``adamw`` updates every trainable parameter with one
+AdamW. ``muon`` follows speculators PR 685: ``torch.optim.Muon`` on the 2-D weight matrices
+(``muon_parameter_names``: every trainable 2-D weight except the embedding and the lm_head, so
+``fc``, the attention and MLP projections, and the Domino head's GRU and bottleneck matrices)
+at ``muon_lr_scale`` times the scheduled learning rate, and AdamW (``weight_decay``) on the rest
+(the RMSNorm weights; the embedding and lm_head are frozen here and get no update at all).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from .data import pack
+from .io import atomic_path, write_json, write_jsonl
+from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce_terms
+
+OPTIMIZERS = ("adamw", "muon")
+NOISE_KINDS = ("none", "uniform", "gaussian")
+MUON_ADJUST_LR = ("original", "match_rms_adamw")
+
+
+class AuxNoise(NamedTuple):
+    """Noise added to the auxiliary states of training rows: ``uniform`` draws from
+    ``[-scale, scale)``, ``gaussian`` from ``N(0, scale^2)``; ``none`` (or scale 0) adds nothing."""
+
+    kind: str = "none"
+    scale: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none" and self.scale > 0
+
+
+@dataclass
+class TrainConfig:
+    """Every training setting; the field names are the keys of the config's ``train:`` section."""
+
+    epochs: int = 2
+    lr: float = 6e-4
+    warmup_steps: int = 50
+    gamma: float = 7.0
+    lambda0: float = 1.0
+    lambda_ratio: float = 0.5
+    anchors_per_row: int = 256
+    pack_len: int = 4096
+    rows_per_step: int = 1
+    noise: str = "none"  # "none" | "uniform" | "gaussian" (see AuxNoise)
+    noise_scale: float = 0.05  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
+    noise_std: float = 0.0  # the old spelling of noise "gaussian" with noise_scale noise_std; 0 = unset
+    optimizer: str = "adamw"  # "adamw" | "muon" (see the module docstring)
+    weight_decay: float = 0.0  # AdamW's, on the parameters AdamW updates
+    betas: tuple = (0.9, 0.999)  # AdamW's
+    muon_lr_scale: float = 10.0  # Muon's learning rate = this x the scheduled (AdamW) learning rate
+    muon_momentum: float = 0.95
+    muon_weight_decay: float = 0.1
+    muon_ns_steps: int = 5  # Newton-Schulz iterations
+    muon_adjust_lr_fn: str = "match_rms_adamw"  # "original" | "match_rms_adamw" (torch.optim.Muon)
+    grad_clip: float = 1.0
+    checkpoint_every: int = 100
+    seed: int = 0
+    weighting: str = "shifted"  # "classic" (DFlash, w_0 = 0) | "shifted" (Domino, w_0 = 1)
+
+    def __post_init__(self):
+        for key, value, allowed in (("optimizer", self.optimizer, OPTIMIZERS), ("noise", self.noise, NOISE_KINDS),
+                                    ("muon_adjust_lr_fn", self.muon_adjust_lr_fn, MUON_ADJUST_LR)):
+            if value not in allowed:
+                raise ValueError(f"train.{key}: {value!r} is not allowed (allowed: {', '.join(allowed)})")
+        if self.noise_scale < 0 or self.noise_std < 0:
+            raise ValueError("train.noise_scale and train.noise_std must be >= 0")
+        if self.noise_std > 0 and self.noise != "none":
+            raise ValueError(f"train.noise_std {self.noise_std} and train.noise {self.noise!r} both set noise "
+                             "(allowed: noise and noise_scale only; noise_std is the old spelling of noise gaussian)")
+
+    @property
+    def aux_noise(self) -> AuxNoise:
+        """The noise of training rows; the old ``noise_std`` > 0 reads as Gaussian with that std."""
+        if self.noise_std > 0:
+            return AuxNoise("gaussian", self.noise_std)
+        return AuxNoise(self.noise, self.noise_scale if self.noise != "none" else 0.0)
+
+
+# -----------------------------------------------------------------------------
+# batches
+
+
+def draw_aux_noise(shape, noise: AuxNoise, generator: torch.Generator) -> torch.Tensor:
+    """float32 noise of ``shape`` drawn from ``generator`` (see ``AuxNoise``)."""
+    if noise.kind == "gaussian":
+        return noise.scale * torch.randn(shape, generator=generator)
+    if noise.kind == "uniform":
+        return noise.scale * (2 * torch.rand(shape, generator=generator) - 1)
+    raise ValueError(f"no noise to draw for kind {noise.kind!r}")
+
+
+class PackedRows:
+    """Feature tensors packed into rows of ``pack_len`` tokens with document ids."""
+
+    def __init__(self, feats: dict, pack_len: int):
+        self.f = feats
+        offs = feats["offsets"].tolist()
+        self.spans = [(offs[i], offs[i + 1]) for i in range(len(offs) - 1)]
+        self.packs = pack([e - s for s, e in self.spans], pack_len)
+        self.pack_len = pack_len
+
+    def __len__(self):
+        return len(self.packs)
+
+    def batch(self, rows: list[int], noise: AuxNoise = AuxNoise(), noise_seed: tuple = ()) -> dict:
+        """Rows ``rows`` as (R, T) tensors; ``row_ids`` keeps their indices for per-row randomness.
+
+        The noise of row ``p`` comes from the generator of ``(*noise_seed, p)``; it covers the
+        whole row, padding included."""
+        T, f = self.pack_len, self.f
+        R = len(rows)
+        A = f["aux"].shape[1]
+        out = {
+            "input_ids": torch.zeros(R, T, dtype=torch.long),
+            "position_ids": torch.zeros(R, T, dtype=torch.long),
+            "doc_ids": torch.full((R, T), -1, dtype=torch.long),
+            "loss_mask": torch.zeros(R, T, dtype=torch.bool),
+            "target": torch.zeros(R, T, dtype=torch.long),
+            # stored dtype (bf16 at card scale) unless noise is added: half the bytes to the device
+            "aux": torch.zeros(R, T, A, dtype=torch.float32 if noise.active else f["aux"].dtype),
+        }
+        for r, p in enumerate(rows):
+            cur = 0
+            for d, si in enumerate(self.packs[p]):
+                s, e = self.spans[si]
+                n = min(e - s, T - cur)
+                sl = slice(cur, cur + n)
+                out["input_ids"][r, sl] = f["input_ids"][s:s + n]
+                out["position_ids"][r, sl] = torch.arange(n)
+                out["doc_ids"][r, sl] = d
+                out["loss_mask"][r, sl] = f["loss_mask"][s:s + n]
+                out["target"][r, sl] = f["target"][s:s + n]
+                out["aux"][r, sl] = f["aux"][s:s + n]
+                cur += n
+            if noise.active:
+                out["aux"][r] += draw_aux_noise(out["aux"][r].shape, noise, _generator(*noise_seed, p))
+        out["row_ids"] = list(rows)
+        return out
+
+
+def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(R, T) bool: positions ``a`` that can serve as anchors.
+
+    ``a`` is valid when ``1 <= a <= T-B-1`` (a context token before it; ``a+B``, the last
+    shifted target, inside the row), ``a-1`` and ``a+B`` lie in ``a``'s document (so the
+    whole span ``a-1 .. a+B`` does: documents are contiguous), ``a`` is not padding (doc id -1)
+    and ``a+1`` is a loss-mask (assistant) token."""
+    R, T = doc_ids.shape
+    B = block_size
+    ok = torch.zeros(R, T, dtype=torch.bool)
+    if T <= B + 1:
+        return ok
+    a = slice(1, T - B)
+    ok[:, a] = (
+        (doc_ids[:, 1:T - B] >= 0)
+        & (doc_ids[:, 0:T - B - 1] == doc_ids[:, 1:T - B])
+        & (doc_ids[:, 1 + B:T] == doc_ids[:, 1:T - B])
+        & loss_mask[:, 2:T - B + 1]
+    )
+    return ok
+
+
+def sample_anchors(valid: torch.Tensor, n: int, generators) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to n distinct valid anchors per row (one generator per row), ascending.
+
+    Rows with fewer valid positions are padded with an invalid copy of their first anchor."""
+    R, T = valid.shape
+    anchors = torch.zeros(R, n, dtype=torch.long)
+    ok = torch.zeros(R, n, dtype=torch.bool)
+    for r in range(R):
+        cand = valid[r].nonzero().flatten()
+        if len(cand) == 0:
+            continue
+        pick = cand[torch.randperm(len(cand), generator=generators[r])[:n]].sort().values
+        anchors[r, : len(pick)] = pick
+        ok[r, : len(pick)] = True
+        anchors[r, len(pick):] = pick[0]
+    return anchors, ok
+
+
+def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_size: int, shift_label: bool):
+    """Targets (R, N, B) draft ids and their mask: slot k predicts position t = a + k + shift,
+    whose target is the verifier's greedy draft-vocab token stored at t - 1; the mask is the
+    loss mask at t (the predicted token is an assistant token) and the anchor's validity."""
+    T = batch["target"].shape[1]
+    t = anchors[..., None] + torch.arange(block_size) + int(shift_label)  # (R, N, B)
+    t = t.clamp(max=T - 1)
+    tgt = batch["target"].gather(1, (t - 1).flatten(1)).view(t.shape)
+    mask = batch["loss_mask"].gather(1, t.flatten(1)).view(t.shape) & ok[..., None]
+    return tgt, mask
+
+
+# -----------------------------------------------------------------------------
+# training
+
+
+class SeedStream:
+    """The named random streams of training: a generator is seeded by ``(seed, stream, ...)``,
+    so each use draws independently of the others and of the order of the steps."""
+
+    EPOCH_ORDER = 1  # (seed, EPOCH_ORDER, epoch): the order of the packed rows in an epoch
+    NOISE = 2        # (seed, NOISE, step, row): noise on the aux states of a training row
+    ANCHORS = 3      # (seed, ANCHORS, step, row): the anchors of a training row
+    VALIDATION = 4   # (seed, VALIDATION, batch, row): the anchors of a validation row
+
+
+def _generator(*keys) -> torch.Generator:
+    return torch.Generator().manual_seed(_mix(*keys))
+
+
+def _mix(*keys) -> int:
+    h = 1469598103934665603
+    for k in keys:
+        h = ((h ^ (int(k) + 0x9E3779B97F4A7C15)) * 1099511628211) % (2**63)
+    return h
+
+
+def total_steps(n_rows: int, cfg: TrainConfig) -> int:
+    return cfg.epochs * math.ceil(n_rows / cfg.rows_per_step)
+
+
+def step_rows(step: int, n_rows: int, cfg: TrainConfig) -> list[int]:
+    """The global batch of a step: ``rows_per_step`` rows of the epoch's seeded order. The last
+    step of an epoch is topped up from the start of that order so every step has a full batch."""
+    per_epoch = math.ceil(n_rows / cfg.rows_per_step)
+    epoch, i = divmod(step, per_epoch)
+    order = _epoch_order(cfg.seed, epoch, n_rows)
+    return [order[j % n_rows] for j in range(i * cfg.rows_per_step, (i + 1) * cfg.rows_per_step)]
+
+
+@functools.lru_cache(maxsize=2)
+def _epoch_order(seed: int, epoch: int, n_rows: int) -> tuple[int, ...]:
+    """The seeded row order of one epoch, drawn once per epoch rather than once per step."""
+    return tuple(torch.randperm(n_rows, generator=_generator(seed, SeedStream.EPOCH_ORDER, epoch)).tolist())
+
+
+def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None, reduce_sum=None):
+    """One teacher-forced forward: (base loss, final loss, base logits, final logits, targets, mask).
+
+    ``reduce_sum`` sums the supervised-slot count over data-parallel ranks (None: one process).
+    """
+    B = drafter.cfg.block_size
+    valid = valid_anchor_mask(batch["doc_ids"], batch["loss_mask"], B)
+    gens = [_generator(*step_seed, r) for r in batch["row_ids"]]
+    anchors, ok = sample_anchors(valid, cfg.anchors_per_row, gens)
+    tgt, mask = slot_targets(batch, anchors, ok, B, drafter.cfg.shift_label)
+    w = slot_weights(B, cfg.gamma, cfg.weighting).to(device)
+    mv = lambda x: x.to(device)  # noqa: E731
+    with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        base, final = drafter.forward_train(mv(batch["input_ids"]), mv(batch["position_ids"]),
+                                            mv(batch["doc_ids"]), mv(batch["aux"]).to(drafter.fc.weight.dtype),
+                                            mv(anchors))
+    tgt, mask = mv(tgt), mv(mask)
+    sum_base, count = weighted_ce_terms(base, tgt, mask, w)
+    sum_final = weighted_ce_terms(final, tgt, mask, w)[0] if drafter.head is not None else sum_base
+    if reduce_sum is not None:
+        count = reduce_sum(count)
+    count = count.clamp(min=1)
+    return sum_base / count, sum_final / count, base, final, tgt, mask
+
+
+# -----------------------------------------------------------------------------
+# optimizers
+
+
+def muon_parameter_names(model: torch.nn.Module) -> list[str]:
+    """Trainable parameters Muon updates: 2-D weight matrices except the embedding and lm_head."""
+    excluded = ("embed_tokens.", "lm_head.")
+    return [n for n, p in model.named_parameters() if p.requires_grad and p.ndim == 2 and not n.startswith(excluded)]
+
+
+class Optimizers:
+    """One or two torch optimizers stepped as one; each carries a multiple of the scheduled lr."""
+
+    def __init__(self, parts: list[tuple[torch.optim.Optimizer, float]]):
+        self.parts = parts
+
+    def set_lr(self, lr: float) -> None:
+        for opt, scale in self.parts:
+            for g in opt.param_groups:
+                g["lr"] = lr * scale
+
+    def zero_grad(self) -> None:
+        for opt, _ in self.parts:
+            opt.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        for opt, _ in self.parts:
+            opt.step()
+
+    def state_dict(self) -> list[dict]:
+        return [opt.state_dict() for opt, _ in self.parts]
+
+    def load_state_dict(self, states: list[dict]) -> None:
+        for (opt, _), st in zip(self.parts, states, strict=True):
+            opt.load_state_dict(st)
+
+
+def build_optimizers(model: torch.nn.Module, cfg: TrainConfig) -> Optimizers:
+    """AdamW on every trainable parameter, or Muon on ``muon_parameter_names`` + AdamW on the rest."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return Optimizers([(adamw([p for _, p in named]), 1.0)])
+    matrices = set(muon_parameter_names(model))
+    muon = torch.optim.Muon([p for n, p in named if n in matrices], lr=cfg.lr * cfg.muon_lr_scale,
+                            weight_decay=cfg.muon_weight_decay, momentum=cfg.muon_momentum,
+                            ns_steps=cfg.muon_ns_steps, adjust_lr_fn=cfg.muon_adjust_lr_fn)
+    parts = [(muon, cfg.muon_lr_scale)]
+    rest = [p for n, p in named if n not in matrices]
+    if rest:
+        parts.append((adamw(rest), 1.0))
+    return Optimizers(parts)
+
+
+# -----------------------------------------------------------------------------
+# data parallelism
+
+
+def _dist():
+    """(rank, world size) of a torch.distributed run, (0, 1) otherwise."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _sum_gradients(params) -> None:
+    """Sum gradients over ranks in one flat buffer (an unused parameter counts as zero)."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    i = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[i:i + n].view_as(p)  # flat is this call's own buffer: views are safe
+        i += n
+
+
+def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    t = t.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+# -----------------------------------------------------------------------------
+# the training run
+
+
+class _Interrupt:
+    """Turns SIGTERM / SIGINT into a flag, so the loop can save its state before exiting."""
+
+    def __init__(self):
+        self.hit = False
+        self.old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self.old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+
+
+class Interrupted(RuntimeError):
+    """SIGTERM / SIGINT during training; the message is one line: what was saved, how to resume."""
+
+
+@dataclass
+class _Run:
+    """Everything one training run shares between its steps, and its progress."""
+
+    drafter: torch.nn.Module
+    cfg: TrainConfig
+    rows: PackedRows
+    total: int
+    opt: Optimizers
+    params: list
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    rank: int
+    world: int
+    state_path: Path
+    inputs: str
+    step: int = 0
+    metrics: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainOutputs:
+    """Where a training run writes: the checkpoint folder, the metrics, the summary, the state."""
+
+    checkpoint: Path
+    metrics: Path
+    summary: Path
+    state_dir: Path
+
+    @classmethod
+    def under(cls, out_dir: str | Path) -> "TrainOutputs":
+        """The workflow's layout inside one folder (``results/train/<checkpoint>/``)."""
+        d = Path(out_dir)
+        return cls(d / "checkpoint", d / "metrics.jsonl", d / "summary.json", d / "state")
+
+
+def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path, device="cpu",
+          autocast_dtype=None, log=print, max_steps: int | None = None) -> dict:
+    """Train ``drafter`` in place; write the checkpoint, the metrics and the summary to ``out``
+    (a ``TrainOutputs``, or a folder holding the workflow's layout).
+
+    A state file ``state.pt`` in ``out.state_dir`` is saved every ``checkpoint_every`` steps and on SIGTERM /
+    SIGINT (then ``Interrupted`` is raised, its message saying what was saved and how to
+    resume); a rerun with the same inputs resumes from it (a state from other settings,
+    features or drafter config is refused, naming the file). ``max_steps`` stops early (for
+    tests that simulate a crash); the state is saved there too.
+    """
+    out = out if isinstance(out, TrainOutputs) else TrainOutputs.under(out)
+    run = _start_run(drafter, feats, cfg, Path(out.state_dir) / "state.pt", device, autocast_dtype)
+    if run.rank != 0:
+        log = lambda msg: None  # noqa: E731  (rank 0 speaks for the run)
+    _resume(run, log)
+    log(f"{len(run.rows)} packed rows of {cfg.pack_len} tokens, {run.total} steps, weighting {cfg.weighting}, "
+        f"optimizer {cfg.optimizer}, noise {cfg.aux_noise.kind} {cfg.aux_noise.scale:g}, "
+        f"projector {drafter.cfg.projector}, shift_label {drafter.cfg.shift_label}")
+    stop_at = run.total if max_steps is None else min(run.total, max_steps)
+    _run_steps(run, stop_at, f"train {Path(out.checkpoint).parent.name}")
+    if run.step < run.total:
+        _save_state(run)
+        return {"steps": run.step, "complete": False}
+    return _finish(run, out)
+
+
+def _start_run(drafter, feats: dict, cfg: TrainConfig, state_path: Path, device, autocast_dtype) -> _Run:
+    device = torch.device(device)
+    rank, world = _dist()
+    if cfg.rows_per_step % world:
+        raise ValueError(f"train.rows_per_step {cfg.rows_per_step} must be a multiple of the {world} ranks")
+    drafter.to(device).train()
+    rows = PackedRows(feats, cfg.pack_len)
+    return _Run(drafter=drafter, cfg=cfg, rows=rows, total=total_steps(len(rows), cfg),
+                opt=build_optimizers(drafter, cfg), params=[p for p in drafter.parameters() if p.requires_grad],
+                device=device, autocast_dtype=autocast_dtype, rank=rank, world=world, state_path=state_path,
+                inputs=_inputs_fingerprint(drafter, feats))
+
+
+def _resume(run: _Run, log) -> None:
+    """Continue from ``run.state_path`` if it exists, after checking it belongs to this run."""
+    path = run.state_path
+    if not path.exists():
+        return
+    try:
+        st = torch.load(path, map_location=run.device, weights_only=False)
+    except Exception as err:  # atomic writes make this rare: a damaged disk, a foreign file
+        raise RuntimeError(f"{path} cannot be read ({type(err).__name__}: {err}); delete it to start over") from None
+    if st.get("config") != asdict(run.cfg) or st.get("total_steps") != run.total:
+        raise RuntimeError(f"{path} was written with other training settings; delete it to start over")
+    if st.get("inputs") != run.inputs:
+        raise RuntimeError(f"{path} was written for other features or another drafter config; "
+                           "delete it to start over")
+    run.drafter.load_state_dict(st["model"])
+    run.opt.load_state_dict(st["optimizer"])
+    run.step, run.metrics, run.seconds = st["step"], st["metrics"], st["seconds"]
+    log(f"resuming at step {run.step} of {run.total} from {path}")
+
+
+def _save_state(run: _Run) -> None:
+    if run.rank != 0:
+        return
+    st = {"model": run.drafter.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
+          "metrics": run.metrics, "seconds": run.seconds, "config": asdict(run.cfg), "total_steps": run.total,
+          "inputs": run.inputs}
+    with atomic_path(run.state_path) as tmp:
+        torch.save(st, tmp)
+
+
+def _run_steps(run: _Run, stop_at: int, desc: str) -> None:
+    """Steps until ``stop_at``, saving every ``checkpoint_every``; on a signal, save and raise."""
+    bar = tqdm(total=run.total, initial=run.step, desc=desc, mininterval=5, disable=run.rank != 0)
+    try:
+        with _Interrupt() as interrupt:
+            while run.step < stop_at:
+                row = _train_step(run)
+                bar.update(1)
+                if run.step % 25 == 0:
+                    bar.set_postfix(loss=f"{row['loss']:.3f}", lam=f"{row['lambda']:.2f}")
+                if run.step % run.cfg.checkpoint_every == 0 or interrupt.hit:
+                    _save_state(run)
+                if interrupt.hit:
+                    raise Interrupted(f"interrupted at step {run.step} of {run.total}; state saved to "
+                                      f"{run.state_path}; to resume, rerun the same snakemake command")
+    finally:
+        bar.close()
+
+
+def _train_step(run: _Run) -> dict:
+    """One optimizer step on the step's global batch (this rank's share of it); its metrics row."""
+    cfg, step = run.cfg, run.step
+    t0 = time.perf_counter()
+    lr = linear_warmup_lr(step, run.total, cfg.warmup_steps, cfg.lr)
+    lam = lambda_at(step, run.total, cfg.lambda0, cfg.lambda_ratio)
+    run.opt.set_lr(lr)
+    mine = step_rows(step, len(run.rows), cfg)[run.rank::run.world]
+    batch = run.rows.batch(mine, cfg.aux_noise, (cfg.seed, SeedStream.NOISE, step))
+    reduce_sum = _all_reduce_sum if run.world > 1 else None
+    l_base, l_final, *_ = compute_losses(run.drafter, batch, cfg, (cfg.seed, SeedStream.ANCHORS, step),
+                                         run.device, run.autocast_dtype, reduce_sum)
+    loss = curriculum_loss(l_final, l_base, lam)
+    run.opt.zero_grad()
+    loss.backward()
+    losses = torch.stack([loss.detach(), l_base.detach(), l_final.detach()])
+    if run.world > 1:  # each rank's loss is its share of the global loss: sum gradients and losses
+        _sum_gradients(run.params)
+        losses = _all_reduce_sum(losses)
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
+    run.opt.step()
+    loss_v, base_v, final_v = losses.tolist()  # the step's one host sync
+    run.seconds += time.perf_counter() - t0
+    row = {"step": step, "epoch": step * cfg.epochs // run.total, "loss": loss_v, "base_loss": base_v,
+           "final_loss": final_v, "lambda": lam, "lr": lr}
+    run.metrics.append(row)
+    run.step += 1
+    return row
+
+
+def _finish(run: _Run, out: TrainOutputs) -> dict:
+    """Write the checkpoint, metrics and summary (rank 0) and remove the state file."""
+    run.drafter.eval()
+    if run.rank != 0:
+        return {"steps": run.total, "complete": True, "rank": run.rank}
+    run.drafter.cpu().save(out.checkpoint)
+    write_jsonl(out.metrics, run.metrics, sort_keys=True)
+    summary = {"steps": run.total, "epochs": run.cfg.epochs, "rows": len(run.rows), "seconds": run.seconds,
+               "config": asdict(run.cfg), "final_loss": run.metrics[-1]["loss"], "complete": True}
+    write_json(out.summary, summary)
+    if run.state_path.exists():
+        run.state_path.unlink()
+    return summary
+
+
+def _inputs_fingerprint(drafter, feats: dict) -> str:
+    """What a saved state is only valid for: the drafter's config and the features' content."""
+    h = hashlib.sha256(json.dumps(asdict(drafter.cfg), sort_keys=True, default=str).encode())
+    shards = (feats.get("index") or {}).get("shards") if isinstance(feats.get("index"), dict) else None
+    if shards and all(sh.get("sha256") for sh in shards):
+        h.update(json.dumps([sh["sha256"] for sh in shards]).encode())
+    else:
+        for k in ("input_ids", "loss_mask", "target", "offsets", "aux"):
+            t = feats[k].detach().cpu().contiguous()
+            h.update(f"{k} {t.dtype} {tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+# -----------------------------------------------------------------------------
+# validation
+
+
+@torch.no_grad()
+def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtype=None) -> dict:
+    """Teacher-forced greedy accuracy per slot of the base and final logits on held-out rows.
+
+    Every valid anchor of a batch of rows counts once per slot whose predicted token is an
+    assistant token (the training mask, noise-free). ``overall`` pools the drafting slots
+    (``first_draft_slot .. B-1``) whatever their loss weight: the DFlash shift row's slot 0,
+    which has weight 0 and is never trained, counts there, and the noshift anchor slot (slot 0,
+    not a draft) does not. ``first_trained_slot`` is the slot that predicts ``a+1`` when its
+    weight is non-zero, else None.
+    """
+    device = torch.device(device)
+    drafter.to(device).eval()
+    rows = PackedRows(feats, cfg.pack_len)
+    dc = drafter.cfg
+    B = dc.block_size
+    hits_b = hits_f = counted = torch.zeros(B, dtype=torch.long)
+    loss_b = loss_f = 0.0
+    n_batches = anchors = 0
+    for i in range(0, len(rows), cfg.rows_per_step):
+        batch = rows.batch(list(range(i, min(len(rows), i + cfg.rows_per_step))))
+        seed = (cfg.seed, SeedStream.VALIDATION, i)
+        l_base, l_final, base, final, tgt, mask = compute_losses(drafter, batch, cfg, seed, device, autocast_dtype)
+        hb, c = slot_accuracy(base, tgt, mask)
+        hf, _ = slot_accuracy(final, tgt, mask)
+        hits_b, hits_f, counted = hits_b + hb.cpu(), hits_f + hf.cpu(), counted + c.cpu()
+        loss_b, loss_f, n_batches = loss_b + l_base.item(), loss_f + l_final.item(), n_batches + 1
+        anchors += int(mask.any(-1).sum())
+    shift = int(dc.shift_label)
+    per_slot = [{"slot": k, "target": "a" if k + shift == 0 else f"a+{k + shift}", "count": int(counted[k]),
+                 "base_acc": float(hits_b[k] / max(1, counted[k])), "final_acc": float(hits_f[k] / max(1, counted[k]))}
+                for k in range(B)]
+    draft = slice(dc.first_draft_slot, B)
+    n_all = int(counted[draft].sum())
+    a1 = 1 - shift  # the slot that predicts a+1
+    first_trained = a1 if slot_weights(B, cfg.gamma, cfg.weighting)[a1] > 0 else None
+    return {
+        "projector": dc.projector, "shift_label": dc.shift_label, "weighting": cfg.weighting,
+        "first_trained_slot": first_trained,
+        "first_trained_accuracy": per_slot[first_trained]["final_acc"] if first_trained is not None else None,
+        "per_slot": per_slot,
+        "overall": {"base_acc": float(hits_b[draft].sum() / max(1, n_all)),
+                    "final_acc": float(hits_f[draft].sum() / max(1, n_all)), "count": n_all},
+        "loss": {"base": loss_b / max(1, n_batches), "final": loss_f / max(1, n_batches)},
+        "rows": len(rows),
+        "anchors": anchors,
+    }

