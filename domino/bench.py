@@ -158,11 +158,16 @@ class Decoding:
         return seeded_generator(self.seed * 1_000_003 + prompt_index, device)
 
     def describe(self) -> str:
-        return "greedy" if self.temperature == 0 else f"sampling (temperature {self.temperature:g}, top_p {self.top_p:g})"
+        if self.temperature == 0:
+            return "greedy"
+        return f"sampling (temperature {self.temperature:g}, top_p {self.top_p:g})"
 
 
-def decoders(loaded: LoadedRun, decoding: Decoding = Decoding()) -> dict[str, Callable[[int, list[int], int], DecodeResult]]:
-    """name -> decode(prompt_index, prompt_ids, max_new_tokens): "plain" always, "speculative" with a drafter."""
+Decode = Callable[[int, list[int], int], DecodeResult]  # (prompt index, prompt ids, max new tokens)
+
+
+def decoders(loaded: LoadedRun, decoding: Decoding = Decoding()) -> dict[str, Decode]:
+    """name -> decode: "plain" always, "speculative" with a drafter."""
     v, stop, draft = loaded.verifier, loaded.stop_ids, loaded.draft
     if decoding.temperature == 0:
         out = {"plain": lambda i, ids, n: greedy_decode(v, ids, n, stop)}
@@ -335,7 +340,7 @@ class RunComparison(NamedTuple):
     speedup: Interval  # paired speedups, each against the plain decodes of its own job
 
 
-def compare_runs(result_a: dict, result_b: dict, seed: int = 0, resamples: int = RESAMPLES) -> RunComparison:
+def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0, resamples: int = RESAMPLES) -> RunComparison:
     """Paired comparison of two speculative results files of the same prompts (e.g. Domino vs
     DFlash noshift). Speedups rather than TPS are compared: each job's speculative seconds are
     divided by plain seconds measured beside them, so the two jobs' moments never meet."""

@@ -8,7 +8,7 @@ Conventions, stated once:
   card derives a few more from the per-prompt records with ``domino.stats``, with the file's
   own bootstrap settings (``summary.bootstrap``: resamples, seed, level): the sum of the
   per-position acceptances from position 4 on, the conditional acceptances, and paired
-  comparisons between checkpoints (``domino.bench.compare_runs``).
+  comparisons between checkpoints (``domino.bench.compare_checkpoints``).
 * Draft position i is the i-th drafted token of a step, the token ``a+i+1`` after the anchor
   ``a``; validate's block slot with that target is the same token teacher-forced.
 """
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .bench import compare_runs
+from .bench import compare_checkpoints
 from .stats import implied_acceptance_length, ratio_of_sums
 
 
@@ -122,11 +122,11 @@ class Comparison(NamedTuple):
 
 
 def compare(bench_a: dict, bench_b: dict) -> Comparison:
-    """Paired bootstrap (``domino.bench.compare_runs``) over the prompts both runs decoded, with
+    """Paired bootstrap (``domino.bench.compare_checkpoints``) over the prompts both runs decoded, with
     A's bootstrap settings; point estimates only when either file lacks per-prompt timings."""
     if _pairable(bench_a) and _pairable(bench_b):
         boot = bootstrap_settings(bench_a)
-        c = compare_runs(bench_a, bench_b, boot.seed, boot.resamples)
+        c = compare_checkpoints(bench_a, bench_b, boot.seed, boot.resamples)
         return Comparison(Estimate(c.acceptance_length.estimate, c.acceptance_length.low, c.acceptance_length.high),
                           Estimate(c.speedup.estimate, c.speedup.low, c.speedup.high))
     sa, sb = bench_a["summary"], bench_b["summary"]

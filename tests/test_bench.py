@@ -8,8 +8,8 @@ import torch
 
 from conftest import tiny_drafter
 from domino import bench_paired
-from domino.bench import (LoadedRun, acceptance_fields, compare_runs, divergence, lossless_check, lossless_verdict,
-                          prompt_records, run_benchmark, speed_summary, timed_decodes)
+from domino.bench import (LoadedRun, acceptance_fields, compare_checkpoints, divergence, lossless_check,
+                          lossless_verdict, prompt_records, run_benchmark, speed_summary, timed_decodes)
 from domino.decode import NeuralDraft, greedy_decode
 from domino.verifier import build_embedded_verifier, train_tokenizer
 
@@ -96,7 +96,7 @@ def test_paired_summary_fields_and_intervals(verifier, one_thread):
     # a run compared with itself: zero difference, zero-width interval
     tasks = [{"task_id": f"t/{i}"} for i in range(len(prompts))]
     res = {"run": "x", "prompts": prompt_records(tasks, prompts, timings)}
-    cmp = compare_runs(res, res, seed=0, resamples=100)
+    cmp = compare_checkpoints(res, res, seed=0, resamples=100)
     assert cmp.acceptance_length.bounds() == [0.0, 0.0] and cmp.speedup.bounds() == [0.0, 0.0]
 
 

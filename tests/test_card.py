@@ -10,7 +10,7 @@ import yaml
 from huggingface_hub import ModelCard
 
 from domino import card, compare, plots, published, scale
-from domino.bench import compare_runs
+from domino.bench import compare_checkpoints
 from domino.config import validate_config
 from domino.stats import implied_acceptance_length
 
@@ -172,8 +172,8 @@ def test_benchmark_numbers(rendered):
         check_ci(row[2], s["tps"], s["tps_ci"], 1)
         if c == "dflash-noshift":
             assert row[3] == "baseline"
-        else:  # paired relative differences, as compare_runs computes them on the same prompts
-            cmp = compare_runs(files[c], files["dflash-noshift"], seed=0)
+        else:  # paired relative differences, as compare_checkpoints computes them on the same prompts
+            cmp = compare_checkpoints(files[c], files["dflash-noshift"], seed=0)
             m = re.fullmatch(r"(.+) accept, (.+) speedup", row[3])
             for cell, iv in ((m[1], cmp.acceptance_length), (m[2], cmp.speedup)):
                 check_ci(cell, iv.estimate, (iv.low, iv.high), 1, "%", scale=100)
@@ -484,7 +484,7 @@ def test_domino_vs_each_dflash_row(rendered):
     rows = {r[0]: r for r in table(text, "| Comparison | Accept len difference | Speedup difference |")}
     assert list(rows) == ["Domino vs DFlash shift", "Domino vs DFlash noshift"]
     for c in ("dflash-shift", "dflash-noshift"):
-        cmp = compare_runs(files["domino"], files[c], seed=0)
+        cmp = compare_checkpoints(files["domino"], files[c], seed=0)
         row = rows[f"Domino vs {LABELS[c]}"]
         check_ci(row[1], cmp.acceptance_length.estimate, (cmp.acceptance_length.low, cmp.acceptance_length.high), 1,
                  "%", scale=100)
@@ -494,7 +494,7 @@ def test_domino_vs_each_dflash_row(rendered):
                 f"{100 * cmp.acceptance_length.estimate:+.1f}% ({verdict}") in text
     # on the fixtures Domino's gain over both rows excludes zero, and DFlash shift vs noshift does not
     assert "includes zero" not in text.split("| Comparison |")[1].split("### Speedup")[0]
-    shift_vs_noshift = compare_runs(files["dflash-shift"], files["dflash-noshift"], seed=0).acceptance_length
+    shift_vs_noshift = compare_checkpoints(files["dflash-shift"], files["dflash-noshift"], seed=0).acceptance_length
     assert shift_vs_noshift.low < 0 < shift_vs_noshift.high
 
 
@@ -565,7 +565,7 @@ def test_ablation_table(ablation_card, rendered):
         s = b["summary"]
         assert row[1] == changes
         check_ci(row[2], s["acceptance_length"], s["acceptance_length_ci"], 3)
-        iv = compare_runs(b, dom, seed=0).acceptance_length
+        iv = compare_checkpoints(b, dom, seed=0).acceptance_length
         check_ci(row[3], iv.estimate, (iv.low, iv.high), 1, "%", scale=100)
         check_ci(row[4], s["per_position_acceptance"][0], s["per_position_acceptance_ci"][0], 3)
         check_ci(row[5], s["speedup"], s["speedup_ci"], 2, "×")
