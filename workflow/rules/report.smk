@@ -8,8 +8,7 @@ rule report:
         benchmark=expand("results/benchmark/{run}.json", run=RUNS),
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),
         summaries=expand("results/train/{checkpoint}/summary.json", checkpoint=CHECKPOINTS),
-        # the checkpoints themselves: the card describes them, and a deleted one is rebuilt by the
-        # card's own command (Snakemake rebuilds a missing file only when a target needs it)
+        # the checkpoints themselves: the card describes them
         weights=expand("results/train/{checkpoint}/checkpoint/model.safetensors", checkpoint=CHECKPOINTS),
         drafter_configs=expand("results/train/{checkpoint}/checkpoint/drafter_config.json", checkpoint=CHECKPOINTS),
         vllm=vllm_outputs,
