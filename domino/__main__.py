@@ -52,7 +52,9 @@ def main(argv=None) -> None:
     args = parser().parse_args(argv)
     cfg = read_config(args.config)
     paths = {arg: getattr(args, arg) for arg in STAGES[args.stage].paths}
-    with tee_output(args.log):
+    # under torchrun every rank runs this: rank 0 alone writes the log (others would overwrite it)
+    log_path = args.log if os.environ.get("RANK", "0") == "0" else None
+    with tee_output(log_path):
         try:
             run_stage(args.stage, cfg, paths)
         except KeyboardInterrupt:

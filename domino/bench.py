@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from .common import hardware
-from .decode import DecodeResult, NeuralDraft, greedy_decode, speculative_decode
+from .decode import DecodeResult, NeuralDraft
 from .io import read_json, write_json
 from .model import Drafter
 from .sampling import sample_decode, seeded_generator, speculative_sample_decode
@@ -154,7 +154,10 @@ class Decoding:
     top_p: float = 1.0
     seed: int = 0
 
-    def generator(self, prompt_index: int, device) -> object:
+    def generator(self, prompt_index: int, device):
+        """The prompt's generator; None when greedy (nothing is drawn)."""
+        if self.temperature == 0:
+            return None
         return seeded_generator(self.seed * 1_000_003 + prompt_index, device)
 
     def describe(self) -> str:
@@ -167,13 +170,15 @@ Decode = Callable[[int, list[int], int], DecodeResult]  # (prompt index, prompt 
 
 
 def decoders(loaded: LoadedRun, decoding: Decoding = Decoding()) -> dict[str, Decode]:
-    """name -> decode: "plain" always, "speculative" with a drafter."""
+    """name -> decode: "plain" always, "speculative" with a drafter (greedy at temperature 0)."""
     v, stop, draft = loaded.verifier, loaded.stop_ids, loaded.draft
-    if decoding.temperature == 0:
-        out = {"plain": lambda i, ids, n: greedy_decode(v, ids, n, stop)}
-        if draft is not None:
-            out["speculative"] = lambda i, ids, n: speculative_decode(v, draft, ids, n, stop)
-        return out
+    t, top_p = decoding.temperature, decoding.top_p
+    out = {"plain": lambda i, ids, n: sample_decode(v, ids, n, stop, temperature=t, top_p=top_p,
+                                                    generator=decoding.generator(i, v.device))}
+    if draft is not None:
+        out["speculative"] = lambda i, ids, n: speculative_sample_decode(
+            v, draft, ids, n, stop, temperature=t, top_p=top_p, generator=decoding.generator(i, v.device))
+    return out
     t, top_p = decoding.temperature, decoding.top_p
     out = {"plain": lambda i, ids, n: sample_decode(v, ids, n, stop, temperature=t, top_p=top_p,
                                                     generator=decoding.generator(i, v.device))}

@@ -19,8 +19,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from . import io
-from .card_tables import (Estimate, compare, conditional_estimates, estimate, position_estimates, tail_estimate,
-                          teacher_forced_vs_served)
+from .card_tables import (PROMPT_KEYS, Estimate, compare, conditional_estimates, estimate, position_estimates,
+                          tail_estimate, teacher_forced_vs_served)
 from .io import read_json, write_text
 from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
@@ -39,7 +39,6 @@ CARD_INFO_KEYS = (
     "gamma", "optimizer", "noise", "attention_window", "init", "anchors_per_row", "training_hardware", "scale",
     "license", "datasets",
 )
-PROMPT_KEYS = ("task_id", "prompt_token_ids", "accepted_per_step", "seconds", "plain_seconds")  # kept for pairing
 PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "python", "stage_seconds")
 
 _VALIDATE_KEYS = ("projector", "shift_label", "first_trained_slot", "first_trained_accuracy", "per_slot", "overall", "anchors")

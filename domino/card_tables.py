@@ -109,10 +109,13 @@ def conditional_estimates(bench: dict) -> list[Estimate | None]:
     return out
 
 
+# the per-prompt fields a paired comparison reads (the card keeps only these of each results file)
+PROMPT_KEYS = ("task_id", "prompt_token_ids", "accepted_per_step", "seconds", "plain_seconds")
+
+
 def _pairable(bench: dict) -> bool:
     prompts = bench.get("prompts") or []
-    keys = ("task_id", "prompt_token_ids", "accepted_per_step", "seconds", "plain_seconds")
-    return bool(prompts) and all(k in p for p in prompts for k in keys) and bootstrap_settings(bench) is not None
+    return bool(prompts) and all(k in p for p in prompts for k in PROMPT_KEYS) and bootstrap_settings(bench) is not None
 
 
 class Comparison(NamedTuple):

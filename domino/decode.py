@@ -50,13 +50,12 @@ def crop_cache(cache, length: int) -> None:
         cache.crop(-extra)
 
 
-def _cache_kwarg(verifier) -> str:
+def cache_kwarg(verifier) -> str:
     """transformers 5.x renamed ``past_key_values`` to ``cache`` in the model forward."""
     params = inspect.signature(verifier.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
-cache_kwarg = _cache_kwarg  # the public name, for tools that drive a verifier's cache themselves
 
 
 class _Stopper:
@@ -127,7 +126,7 @@ def plain_loop(verifier, prompt_ids, max_new_tokens: int, eos_ids, rule) -> Deco
     _check_prompt(verifier, prompt_ids, max_new_tokens)
     dev = verifier.device
     t_start = time.perf_counter()
-    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
+    cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
     stop = _Stopper(max_new_tokens, eos_ids)
     inp = torch.tensor([prompt_ids], device=dev)
     while True:
@@ -207,7 +206,7 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
     want_aux = draft.aux_layer_ids is not None
     t_draft = t_verify = 0.0
     t_start = time.perf_counter()
-    cache, ck = DynamicCache(config=verifier.config), _cache_kwarg(verifier)
+    cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
     stop = _Stopper(max_new_tokens, eos_ids)
     accepted_per_step: list[int] = []
 

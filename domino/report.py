@@ -16,6 +16,7 @@ from .common import hardware
 from .config import config_sha256, vllm_runs
 from .io import read_json
 from .scale import public_name, run_settings, scale_statement, verifier_kind
+from .train import aux_noise
 
 PACKAGES = ("domino-repro", "torch", "transformers", "tokenizers", "safetensors", "snakemake",
             "huggingface_hub", "jinja2", "matplotlib")
@@ -116,10 +117,8 @@ def optimizer_text(train: dict) -> str:
 
 
 def noise_text(train: dict) -> str:
-    """``train.noise`` / ``noise_scale``; the old spelling ``noise_std > 0`` means Gaussian noise."""
-    kind, scale = train.get("noise", "none"), train.get("noise_scale", 0.0)
-    if kind == "none" and train.get("noise_std", 0.0) > 0:
-        kind, scale = "gaussian", train["noise_std"]
+    """The training noise in words (``domino.train.aux_noise`` reads the config keys)."""
+    kind, scale = aux_noise(train["noise"], train["noise_scale"], train["noise_std"])
     return {"none": "none",
             "uniform": f"uniform in [−{scale:g}, {scale:g}]",
             "gaussian": f"Gaussian, standard deviation {scale:g}"}[kind]

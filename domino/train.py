@@ -104,10 +104,15 @@ class TrainConfig:
 
     @property
     def aux_noise(self) -> AuxNoise:
-        """The noise of training rows; the old ``noise_std`` > 0 reads as Gaussian with that std."""
-        if self.noise_std > 0:
-            return AuxNoise("gaussian", self.noise_std)
-        return AuxNoise(self.noise, self.noise_scale if self.noise != "none" else 0.0)
+        return aux_noise(self.noise, self.noise_scale, self.noise_std)
+
+
+def aux_noise(noise: str, noise_scale: float, noise_std: float = 0.0) -> AuxNoise:
+    """The noise of training rows from ``train.noise`` / ``noise_scale``; the old spelling
+    ``noise_std`` > 0 reads as Gaussian with that std."""
+    if noise_std > 0:
+        return AuxNoise("gaussian", noise_std)
+    return AuxNoise(noise, noise_scale if noise != "none" else 0.0)
 
 
 # -----------------------------------------------------------------------------

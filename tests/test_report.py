@@ -128,7 +128,7 @@ def test_training_rows_say_what_was_used():
         "(betas (0.9, 0.999), weight decay 0.01)")
     assert report.noise_text(default["train"]) == "none"
     assert report.noise_text(card_cfg["train"]) == "uniform in [−0.05, 0.05]"
-    assert report.noise_text({"noise": "none", "noise_std": 0.1}) == "Gaussian, standard deviation 0.1"
+    assert report.noise_text({"noise": "none", "noise_scale": 0.05, "noise_std": 0.1}) == "Gaussian, standard deviation 0.1"
     assert report.attention_text(card_cfg["drafter"]).endswith("the 2,048 context positions before its anchor")
     assert report.init_text(card_cfg["drafter"]).startswith("Hugging Face: normal(0, 0.02)")
     assert report.init_text(default["drafter"]) == "PyTorch's default initialisation of each layer"

@@ -15,5 +15,5 @@ rule extract_hidden_states:
     benchmark:
         "benchmarks/extract_hidden_states/{split}.tsv"
     shell:
-        domino("extract_hidden_states", f"{VLLM_PYTHON} -m domino" if config["features"]["backend"] == "vllm"
+        domino("extract_hidden_states", VLLM_DOMINO if config["features"]["backend"] == "vllm"
                else "python -m domino")

@@ -18,7 +18,7 @@ rule vllm_benchmark_baseline:
     benchmark:
         "benchmarks/vllm_benchmark/baseline.tsv"
     shell:
-        domino("vllm_benchmark_baseline", f"{VLLM_PYTHON} -m domino")
+        domino("vllm_benchmark_baseline", VLLM_DOMINO)
 
 
 rule vllm_benchmark:
@@ -39,4 +39,4 @@ rule vllm_benchmark:
     benchmark:
         "benchmarks/vllm_benchmark/{run}.tsv"
     shell:
-        domino("vllm_benchmark", f"{VLLM_PYTHON} -m domino")
+        domino("vllm_benchmark", VLLM_DOMINO)
