@@ -31,7 +31,9 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", required=True, help='{"declared": [...], "values": {...}} as JSON, or @file')
         sp.add_argument("--log", help="also write the output to this file")
         for arg, role in stage.paths.items():
-            sp.add_argument("--" + arg.replace("_", "-"), dest=arg, required=True, help=ROLE_HELP[role])
+            many = role.endswith("[]")  # a list: one value per run, in the same order as the others
+            sp.add_argument("--" + arg.replace("_", "-"), dest=arg, required=True, nargs="+" if many else None,
+                            help=ROLE_HELP[role.removesuffix("[]")] + (" (one per run)" if many else ""))
     return p
 
 

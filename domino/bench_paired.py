@@ -1,13 +1,14 @@
 """Robustness of the paired speedup under load: ``python -m domino.bench_paired``.
 
-For each checkpoint, the benchmark's paired measurement (``domino.bench.timed_decodes``) runs
-twice on the same verifier, drafter and prompts: once quiet, once with a CPU-bound process
-(a busy loop) pinned to one core. Prints both paired speedups with their 95% bootstrap
-intervals and whether the intervals overlap, beside what the unpaired method would have
-reported (loaded speculative TPS over quiet plain TPS). Nothing is written unless ``--json``.
+Runs the benchmark stage (``domino.bench.run_benchmark``, greedy) twice on a finished run's
+verifier and checkpoints: once quiet, once beside a CPU-bound process (a busy loop pinned to
+one core). Prints each checkpoint's paired speedup with its 95% bootstrap interval from both
+runs and whether the intervals overlap, beside the unpaired figure (speculative TPS under load
+over plain TPS of the quiet run). The results files go to a temporary folder; nothing is kept
+unless ``--json``.
 
-    python -m domino.bench_paired --verifier results/verifier/model \\
-        --checkpoint results/train/domino/checkpoint --max-prompts 40
+    python -m domino.bench_paired                     # the default run, from the checkout
+    python -m domino.bench_paired --max-prompts 40    # a shorter check
 
 A measurement script, not a test: its figures depend on the machine.
 """
@@ -20,34 +21,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
-import yaml
 
-from .bench import acceptance_fields, encode_tasks, load_run, speed_summary, timed_decodes
+from .bench import PLAIN, run_benchmark
+from .config import load_config, trained_runs
 from .io import write_json
-
-
-def bench_params(cfg: dict, max_prompts: int | None, max_new_tokens: int | None) -> dict:
-    """The benchmark stage's config values, read from a config file as written (not validated
-    against the schema, so the config of an older finished run serves as well)."""
-    try:
-        b = dict(cfg["benchmark"])
-        missing = [k for k in ("dataset", "max_prompts", "max_new_tokens", "chat_template") if k not in b]
-        if missing:
-            raise KeyError(f"benchmark.{missing[0]}")
-        v = cfg["verifier"]
-        p = {"seed": cfg["seed"], "threads": cfg["threads"], "device": cfg.get("device", "cpu"),
-             "verifier": {"name": v.get("name", v["source"]), "dtype": v["dtype"]},
-             "data": {"enable_thinking": cfg.get("data", {}).get("enable_thinking")}, "benchmark": b}
-    except KeyError as err:
-        raise SystemExit(f"the config lacks {err}; pass the config of the run being measured (--config)") from None
-    if max_prompts is not None:
-        b["max_prompts"] = max_prompts
-    if max_new_tokens is not None:
-        b["max_new_tokens"] = max_new_tokens
-    return p
 
 
 @contextlib.contextmanager
@@ -63,17 +44,14 @@ def competing_process(core: int):
         proc.wait()
 
 
-def measure(p: dict, checkpoint: str, verifier_path: str, load: bool, core: int) -> dict:
-    """One paired benchmark of ``checkpoint`` (quiet or under load): speed and acceptance summary."""
-    loaded = load_run(p, Path(checkpoint).parent.name, verifier_path, checkpoint)
-    _, encoded = encode_tasks(p, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
-    n = p["benchmark"]["max_new_tokens"]
-    with competing_process(core) if load else contextlib.nullcontext():
-        timings = timed_decodes(loaded, encoded, n, desc="loaded" if load else "quiet")
-    seed = p["seed"]
-    out = {**speed_summary(timings, seed), **acceptance_fields(timings, loaded.draft.drafts_per_step, seed)}
-    out["new_token_ids"] = [t.speculative.new_token_ids for t in timings]
-    return out
+def benchmark_once(cfg: dict, run_dir: Path, load: bool, core: int) -> dict[str, dict]:
+    """One greedy benchmark of every trained run of ``run_dir`` (quiet, or beside a busy loop)."""
+    verifier = str(run_dir / "results/verifier/model") if cfg["verifier"]["source"] == "embedded" \
+        else cfg["verifier"]["source"]
+    runs = {run: str(run_dir / "results/train" / run / "checkpoint") for run in trained_runs(cfg)}
+    with tempfile.TemporaryDirectory() as tmp, competing_process(core) if load else contextlib.nullcontext():
+        outs = {run: str(Path(tmp) / f"{run}.json") for run in (PLAIN, *runs)}
+        return run_benchmark(cfg, verifier, runs, outs, log=lambda m: None)
 
 
 def overlap(a: list[float], b: list[float]) -> bool:
@@ -84,19 +62,17 @@ def _ci(value: float, bounds: list[float]) -> str:
     return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
 
 
-def compare(name: str, quiet: dict, loaded: dict) -> dict:
-    """The figures of one checkpoint, quiet vs loaded; prints them."""
-    unpaired = loaded["tps"] / quiet["plain_tps"]
-    row = {"checkpoint": name, "quiet": {k: v for k, v in quiet.items() if k != "new_token_ids"},
-           "loaded": {k: v for k, v in loaded.items() if k != "new_token_ids"},
-           "speedup_intervals_overlap": overlap(quiet["speedup_ci"], loaded["speedup_ci"]),
+def compare(run: str, quiet: dict, loaded: dict) -> dict:
+    """The figures of one run, quiet vs loaded (results files of ``run_benchmark``); prints them."""
+    q, ld = quiet["summary"], loaded["summary"]
+    unpaired = ld["tps"] / q["plain_tps"]
+    row = {"run": run, "quiet": q, "loaded": ld, "speedup_intervals_overlap": overlap(q["speedup_ci"], ld["speedup_ci"]),
            "unpaired_speedup_loaded_vs_quiet": unpaired,
-           "same_tokens": quiet["new_token_ids"] == loaded["new_token_ids"]}
-    for label, s in (("quiet", quiet), ("loaded", loaded)):
-        print(f"{name} {label:6s}: plain TPS {_ci(s['plain_tps'], s['plain_tps_ci'])}, speculative TPS "
-              f"{_ci(s['tps'], s['tps_ci'])}, paired speedup {_ci(s['speedup'], s['speedup_ci'])}, "
-              f"AL {_ci(s['acceptance_length'], s['acceptance_length_ci'])}")
-    print(f"{name}: paired speedup intervals overlap: {'yes' if row['speedup_intervals_overlap'] else 'NO'}; "
+           "same_tokens": [r["new_token_ids"] for r in quiet["prompts"]] == [r["new_token_ids"] for r in loaded["prompts"]]}
+    for label, s in (("quiet", q), ("loaded", ld)):
+        print(f"{run} {label:6s}: plain TPS {_ci(s['plain_tps'], s['plain_tps_ci'])}, speculative TPS "
+              f"{_ci(s['tps'], s['tps_ci'])}, paired speedup {_ci(s['speedup'], s['speedup_ci'])}")
+    print(f"{run}: paired speedup intervals overlap: {'yes' if row['speedup_intervals_overlap'] else 'NO'}; "
           f"unpaired speedup (loaded speculative TPS / quiet plain TPS) {unpaired:.3f}; identical tokens in both "
           f"runs: {'yes' if row['same_tokens'] else 'no'}")
     return row
@@ -104,29 +80,27 @@ def compare(name: str, quiet: dict, loaded: dict) -> dict:
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(prog="python -m domino.bench_paired", description=__doc__.split("\n")[0])
-    ap.add_argument("--verifier", default="results/verifier/model")
-    ap.add_argument("--checkpoint", action="append", required=True, help="a checkpoint directory; repeat for more")
-    ap.add_argument("--config", default="config.yaml", help="config file (benchmark, seed, threads, device)")
+    ap.add_argument("--directory", default=".", help="the finished run's directory (snakemake --directory)")
+    ap.add_argument("--configfile", nargs="+", default=[], help="the run's overlays, as given to snakemake")
     ap.add_argument("--max-prompts", type=int, default=None, help="default: the config's benchmark.max_prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's)")
     ap.add_argument("--core", type=int, default=0, help="the core the competing process is pinned to")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     a = ap.parse_args(argv)
-    cfg = yaml.safe_load(Path(a.config).read_text()) or {}
-    p = bench_params(cfg, a.max_prompts, a.max_new_tokens)
-    torch.set_num_threads(a.threads or int(cfg["threads"]))
-    torch.manual_seed(p["seed"])
-    print(f"{p['benchmark']['max_prompts']} prompts x {p['benchmark']['max_new_tokens']} new tokens, "
-          f"{torch.get_num_threads()} torch threads, {os.cpu_count()} cores; load: a busy loop on core {a.core}")
-    rows = []
-    for ckpt in a.checkpoint:
-        quiet = measure(p, ckpt, a.verifier, load=False, core=a.core)
-        loaded = measure(p, ckpt, a.verifier, load=True, core=a.core)
-        rows.append(compare(Path(ckpt).parent.name, quiet, loaded))
+    root = Path(__file__).resolve().parent.parent
+    cfg = load_config([root / "config.yaml", *a.configfile])
+    if a.max_prompts is not None:
+        cfg["benchmark"]["max_prompts"] = a.max_prompts
+    torch.manual_seed(cfg["seed"])
+    b = cfg["benchmark"]
+    print(f"{b['max_prompts']} prompts x {b['max_new_tokens']} new tokens, {b['threads']} torch thread(s) "
+          f"(benchmark.threads), {os.cpu_count()} cores; load: a busy loop on core {a.core}")
+    run_dir = Path(a.directory)
+    quiet = benchmark_once(cfg, run_dir, load=False, core=a.core)
+    loaded = benchmark_once(cfg, run_dir, load=True, core=a.core)
+    rows = [compare(run, quiet[run], loaded[run]) for run in quiet if run != PLAIN]
     if a.json:
-        write_json(a.json, {"params": p, "threads": torch.get_num_threads(), "rows": rows})
-    print(json.dumps({r["checkpoint"]: r["speedup_intervals_overlap"] for r in rows}))
+        write_json(a.json, {"benchmark": b, "rows": rows})
+    print(json.dumps({r["run"]: r["speedup_intervals_overlap"] for r in rows}))
     return rows
 
 

@@ -20,7 +20,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from . import io
 from .card_tables import (PROMPT_KEYS, Estimate, compare, conditional_estimates, estimate, position_estimates,
-                          tail_estimate, teacher_forced_vs_served)
+                          replicate_summary, tail_estimate, teacher_forced_vs_served)
+from .config import split_replicate, trained_runs
 from .io import read_json, write_text
 from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
@@ -99,16 +100,36 @@ def sampling_dir(temperature: float) -> str:
     return f"T{temperature:g}"
 
 
-def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,)) -> dict:
+def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
+    """Benchmark results of seed replicates 1 .. N-1 (runs ``<checkpoint>-seed<r>``), by run name."""
+    if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
+        raise ValueError(f"replicates must be a whole number >= 1, got {replicates!r}")
+    out = {}
+    for run in trained_runs({"checkpoints": dict.fromkeys(checkpoints), "train": {"replicates": replicates}}):
+        ckpt, r = split_replicate(run)
+        if r == 0:
+            continue
+        try:
+            out[run] = _read_benchmark(root / "benchmark" / f"{run}.json")
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{err} (seed replicate {r} of {ckpt}; train.replicates = {replicates})") from None
+    return out
+
+
+def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
+                 replicates: int = 1) -> dict:
     """Read every results file the card needs (docs/results.md); raise naming any bad file.
 
     ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
     among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
     ``results/vllm_benchmark/{run}.json``; "baseline" must be among them. ``temperatures``
-    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``."""
+    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``.
+    ``replicates`` (``train.replicates``): for N > 1 the benchmark results of replicates 1 .. N-1,
+    ``results/benchmark/{checkpoint}-seed{r}.json``, go under ``"replicates"`` (replicate 0 is
+    the checkpoint's own file, under ``"benchmark"``)."""
     root = Path(results_dir)
     out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
-           "sampling": {}}
+           "sampling": {}, "replicates": _read_replicates(root, checkpoints, replicates)}
     for ckpt in checkpoints:
         p = root / "validate" / f"{ckpt}.json"
         out["validate"][ckpt] = _require(read_json(p), _VALIDATE_KEYS, p)
@@ -123,7 +144,7 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
         out["drafter_config"][ckpt] = _require(read_json(p), _DRAFTER_KEYS, p)
     for run in ("baseline", *checkpoints):
         out["benchmark"][run] = _read_benchmark(root / "benchmark" / f"{run}.json")
-    _one_protocol(out["benchmark"], "benchmark")
+    _one_protocol({**out["benchmark"], **out["replicates"]}, "benchmark")
     for t in sorted(t for t in temperatures if t > 0):
         runs = {run: _read_benchmark(root / "sampling" / sampling_dir(t) / f"{run}.json")
                 for run in ("baseline", *checkpoints)}
@@ -386,10 +407,32 @@ def _tf_table(rows: list[dict]) -> list[dict]:
             for i in range(depth)]
 
 
+REPLICATE_METRIC_WORDS = {"acceptance_length": "acceptance length", "speedup": "speedup"}
+
+
+def _replicate_section(res: dict, names: list[str], replicates: int) -> dict | None:
+    """The Seed replicates section: every checkpoint's spread across seeds, and the orderings among
+    the card's three rows and of each further variant against Domino; None for a single replicate."""
+    if replicates == 1:
+        return None
+    main = [c for c in dict.fromkeys(("domino", COMPARE_TO, *CHECKPOINTS)) if c in names]
+    pairs = [(a, b) for i, a in enumerate(main) for b in main[i + 1:]]
+    pairs += [("domino", c) for c in names if c not in CHECKPOINTS]
+    rows = [c for c in CHECKPOINTS if c in names] + [c for c in names if c not in CHECKPOINTS]
+    summary = replicate_summary({**res["benchmark"], **res["replicates"]}, rows, replicates, pairs)
+    orderings = [{"higher": LABELS.get(o.higher, o.higher), "lower": LABELS.get(o.lower, o.lower),
+                  "metric": REPLICATE_METRIC_WORDS[o.metric], "holds": o.holds, "every": o.in_every_replicate,
+                  "fails": list(o.fails)} for o in summary.orderings]
+    return {"n": replicates, "orderings": orderings, "every": sum(o["every"] for o in orderings),
+            "rows": [{"label": LABELS.get(r.checkpoint, r.checkpoint), "al": r.acceptance_length,
+                      "speedup": r.speedup} for r in summary.rows]}
+
+
 def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None = None,
-             temperatures=(0,)) -> dict:
+             temperatures=(0,), replicates: int = 1) -> dict:
     """``changes``: for each variant beyond the card's three, what it changes relative to Domino
-    (``report.variant_changes``)."""
+    (``report.variant_changes``). ``replicates``: ``train.replicates``; N > 1 adds the Seed
+    replicates section from ``res["replicates"]`` (``load_results`` with the same N)."""
     changes = changes or {}
     _check_inputs(res, card_info, provenance, changes)
     by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
@@ -415,7 +458,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "scale": card_info["scale"], "scale_sentence": card_info["scale"].sentence(),
         "same_budget": len({(r["steps"], r["epochs"]) for r in by_name.values()}) == 1,
         "vllm": _vllm_rows(res["vllm"]), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
-        "published": SEED_SETTINGS,
+        "published": SEED_SETTINGS, "replicates": _replicate_section(res, list(by_name), replicates),
     }
 
 
@@ -518,17 +561,20 @@ class CardPaths(NamedTuple):
 
 
 def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, provenance: dict,
-                vllm_runs=(), checkpoints=CHECKPOINTS, changes: dict | None = None, temperatures=(0,)) -> list[Path]:
+                vllm_runs=(), checkpoints=CHECKPOINTS, changes: dict | None = None, temperatures=(0,),
+                replicates: int = 1) -> list[Path]:
     """Write the card, the reproduction report and the PNG plots; return their paths. ``out`` is
     a ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it).
 
     ``checkpoints``: every configured variant; those beyond the card's three rows go into the
     Ablations table, each described by ``changes[name]`` (what it changes relative to Domino).
     ``temperatures``: ``benchmark.temperatures``; any T > 0 adds the speculative-sampling table.
+    ``replicates``: ``train.replicates``; N > 1 reads ``results/benchmark/{checkpoint}-seed{r}.json``
+    for r = 1 .. N-1 and adds the Seed replicates section.
     The front matter is validated (``check_front_matter``) before anything is written."""
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
-    res = load_results(Path(results_dir), checkpoints, vllm_runs, temperatures)
-    ctx = _context(res, card_info, provenance, changes, temperatures)
+    res = load_results(Path(results_dir), checkpoints, vllm_runs, temperatures, replicates)
+    ctx = _context(res, card_info, provenance, changes, temperatures, replicates)
     env = _env()
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
     check_front_matter(card)

@@ -11,16 +11,21 @@ Conventions, stated once:
   comparisons between checkpoints (``domino.bench.compare_checkpoints``).
 * Draft position i is the i-th drafted token of a step, the token ``a+i+1`` after the anchor
   ``a``; validate's block slot with that target is the same token teacher-forced.
+* Seed replicates (``train.replicates``) are compared by their point estimates only: replicate r
+  of a checkpoint is the run ``<checkpoint>-seed<r>`` (r = 0: the checkpoint itself), trained with
+  seed + r and benchmarked on the same prompts; their spread is across seeds, not an interval.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from .bench import compare_checkpoints
+from .config import split_replicate, trained_runs
 from .stats import implied_acceptance_length, ratio_of_sums
 
 
@@ -192,3 +197,88 @@ def teacher_forced_vs_served(validate: dict, bench: dict) -> TeacherForcedVsServ
                    key=lambda p: abs(p.gap), default=None),
         intervals=any(p.served.has_interval for p in defined),
     )
+
+
+# ---------------------------------------------------------------- seed replicates
+
+REPLICATE_METRICS = ("acceptance_length", "speedup")  # summary keys the replicate table reads
+
+
+class Spread(NamedTuple):
+    """One figure over the seed replicates of a checkpoint, on the same prompts."""
+    values: tuple[float, ...]  # (N,) replicate 0 first
+    mean: float
+    sd: float                  # sample standard deviation (divisor N - 1)
+    low: float                 # smallest replicate
+    high: float                # largest replicate
+
+
+def spread(values: list[float]) -> Spread:
+    if len(values) < 2:
+        raise ValueError(f"a spread across seeds needs at least two replicates, got {len(values)}")
+    return Spread(tuple(values), statistics.mean(values), statistics.stdev(values), min(values), max(values))
+
+
+class ReplicateRow(NamedTuple):
+    checkpoint: str
+    acceptance_length: Spread  # pooled acceptance length of each replicate
+    speedup: Spread            # paired speedup over plain decoding of each replicate
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """``higher`` > ``lower`` in ``metric``, the direction replicate 0 shows (the list order on a tie),
+    checked replicate by replicate (replicate r of one against replicate r of the other)."""
+    higher: str
+    lower: str
+    metric: str                # a REPLICATE_METRICS key
+    replicates: int
+    fails: tuple[int, ...]     # replicates where higher <= lower
+
+    @property
+    def holds(self) -> int:
+        return self.replicates - len(self.fails)
+
+    @property
+    def in_every_replicate(self) -> bool:
+        return not self.fails
+
+
+class ReplicateSummary(NamedTuple):
+    replicates: int
+    rows: list[ReplicateRow]
+    orderings: list[Ordering]  # per pair, acceptance length then speedup
+
+
+def _replicate_values(benches: dict[str, dict], checkpoints: list[str], replicates: int) -> dict:
+    """{checkpoint: {metric: [value of replicate 0, 1, ...]}} from the runs ``trained_runs`` names."""
+    runs = trained_runs({"checkpoints": dict.fromkeys(checkpoints), "train": {"replicates": replicates}})
+    out = {c: {m: [None] * replicates for m in REPLICATE_METRICS} for c in checkpoints}
+    for run in runs:
+        if run not in benches:
+            raise ValueError(f"seed replicates: no benchmark results for run {run!r}")
+        ckpt, r = split_replicate(run)
+        for m in REPLICATE_METRICS:
+            out[ckpt][m][r] = float(benches[run]["summary"][m])
+    return out
+
+
+def replicate_summary(benches: dict[str, dict], checkpoints: list[str], replicates: int,
+                      pairs: list[tuple[str, str]] | None = None) -> ReplicateSummary:
+    """Mean and spread across seed replicates of each checkpoint's acceptance length and speedup,
+    and which orderings between checkpoints hold in every replicate.
+
+    ``benches``: benchmark results by run name (replicate r >= 1 of checkpoint c is ``c-seed<r>``,
+    ``domino.config.trained_runs``); ``pairs``: the checkpoint pairs to order (default: every pair
+    of ``checkpoints``, in list order)."""
+    values = _replicate_values(benches, checkpoints, replicates)
+    rows = [ReplicateRow(c, *(spread(values[c][m]) for m in REPLICATE_METRICS)) for c in checkpoints]
+    if pairs is None:
+        pairs = [(a, b) for i, a in enumerate(checkpoints) for b in checkpoints[i + 1:]]
+    orderings = []
+    for a, b in pairs:
+        for m in REPLICATE_METRICS:
+            hi, lo = (b, a) if values[b][m][0] > values[a][m][0] else (a, b)
+            fails = tuple(r for r in range(replicates) if not values[hi][m][r] > values[lo][m][r])
+            orderings.append(Ordering(hi, lo, m, replicates, fails))
+    return ReplicateSummary(replicates, rows, orderings)

@@ -24,6 +24,7 @@ _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 RUN_DIRS = ("results", "reports", "logs", "benchmarks", "runs", "config")
 SECTIONS = ("seed", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": replicate r >= 1
 
 
 class ConfigError(ValueError):
@@ -121,6 +122,9 @@ def _check_overrides(cfg: dict, name: str, validator, facts: dict | None) -> Non
         over = entry.get(section)
         if not over:
             continue
+        if section == "train" and "replicates" in over:
+            raise ConfigError(f"checkpoints.{name}.train.replicates: set for every checkpoint at once "
+                              "(allowed: train.replicates)")
         merged = copy.deepcopy(cfg)
         merged[section] = {**cfg[section], **over}
         errors = sorted(validator.iter_errors(merged), key=lambda e: list(map(str, e.absolute_path)))
@@ -205,6 +209,9 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if d["pure_draft_prefix_len"] >= d["block_size"]:
         raise ConfigError(f"drafter.pure_draft_prefix_len: {d['pure_draft_prefix_len']} (allowed: < block_size)")
     for name, k in kinds.items():
+        if REPLICATE.fullmatch(name):
+            raise ConfigError(f"checkpoints.{name}: names ending in -seed<r> are the seed replicates' "
+                              "(allowed: another name; train.replicates makes the replicates)")
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]
@@ -243,6 +250,20 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
             or_null = ", or null for <|MASK|>" if facts["mask_id"] is not None else ""
             raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
                               f"(allowed: an unused row >= {facts['real_vocab']}{or_null})")
+
+
+def trained_runs(cfg: dict) -> list[str]:
+    """Every trained run: the checkpoints in config order (replicate 0, the card's rows), then
+    for r = 1 .. train.replicates - 1 each checkpoint again as ``<checkpoint>-seed<r>``."""
+    names = list(cfg["checkpoints"])
+    return names + [f"{name}-seed{r}" for r in range(1, cfg["train"]["replicates"]) for name in names]
+
+
+def split_replicate(run: str) -> tuple[str, int]:
+    """``(checkpoint, r)`` of a trained run: ``("domino", 2)`` for ``domino-seed2``, ``("domino", 0)``
+    for ``domino``. Checkpoint names never end in ``-seed<r>`` (refused by the config check)."""
+    m = REPLICATE.fullmatch(run)
+    return (m.group(1), int(m.group(2))) if m else (run, 0)
 
 
 def vllm_runs(cfg: dict) -> list[str]:

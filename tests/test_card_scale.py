@@ -311,7 +311,7 @@ def test_profiles_parse():
     assert {"runtime", "mem_mb"} <= set(slurm["default-resources"])
     res = slurm["set-resources"]
     assert set(res) <= _rules()
-    for rule in ("extract_hidden_states", "train", "validate", "benchmark", "benchmark_baseline",
+    for rule in ("extract_hidden_states", "train", "validate", "benchmark", "sampling",
                  "vllm_benchmark_baseline", "vllm_benchmark"):
         assert res[rule]["gpu"] == 1, rule
         assert "gres" not in res[rule]  # the plugin refuses gpu and gres together
@@ -331,7 +331,7 @@ def test_default_profile_dry_run(tmp_path):
     jobs = _dry_run(repo, "--configfile", "config/card.yaml", "--", "reports/model_card.md",
                     *[f"results/export/{c}" for c in ("dflash-shift", "dflash-noshift", "domino")])
     assert jobs == {"prepare_data": 1, "draft_vocab": 1, "extract_hidden_states": 2, "train": 3, "validate": 3,
-                    "benchmark_baseline": 1, "benchmark": 3, "report": 1, "export": 3}, jobs
+                    "benchmark": 1, "report": 1, "export": 3}, jobs
 
 
 def test_memory_benchmark_runs_the_card_shapes(one_thread):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from domino.config import ConfigError, validate_config
+from domino.config import ConfigError, split_replicate, trained_runs, validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -141,6 +141,13 @@ BAD = [
      "train.noise_std"),
     ("noise-enum", lambda c, t: _set(c, "train.noise", "pink"), "train.noise"),
     ("optimizer-enum", lambda c, t: _set(c, "train.optimizer", "sgd"), "train.optimizer"),
+    ("replicates-zero", lambda c, t: _set(c, "train.replicates", 0), "train.replicates"),
+    ("replicate-name", lambda c, t: _set(c, "checkpoints.domino-seed2", {"projector": "domino", "shift_label": True,
+                                                                          "weighting": "shifted"}),
+     "checkpoints.domino-seed2"),
+    ("replicates-per-variant", lambda c, t: _set(c, "checkpoints.domino.train", {"replicates": 2}),
+     "checkpoints.domino.train.replicates"),
+    ("benchmark-threads-zero", lambda c, t: _set(c, "benchmark.threads", 0), "benchmark.threads"),
     # the optional vLLM environment
     ("vllm-benchmark-without-python", lambda c, t: _set(c, "vllm.benchmark", True), "vllm.python"),
     ("vllm-extract-without-python", lambda c, t: _set(c, "features.backend", "vllm"), "vllm.python"),
@@ -201,6 +208,16 @@ def test_a_variant_may_override_drafter_and_train_keys():
     out = validate_config(cfg)
     assert out["checkpoints"]["domino-cf0"]["drafter"] == {"correct_from": 0}  # no defaults filled in
     assert out["drafter"]["correct_from"] == 1
+
+
+def test_seed_replicates_are_named_after_their_checkpoint():
+    cfg = validate_config({**copy.deepcopy(DEFAULT), "train": {**DEFAULT["train"], "replicates": 3}})
+    runs = trained_runs(cfg)
+    assert runs == ["dflash-shift", "dflash-noshift", "domino", "dflash-shift-seed1", "dflash-noshift-seed1",
+                    "domino-seed1", "dflash-shift-seed2", "dflash-noshift-seed2", "domino-seed2"]
+    assert [split_replicate(r) for r in ("domino", "domino-seed2", "dflash-noshift-seed1")] == \
+        [("domino", 0), ("domino", 2), ("dflash-noshift", 1)]
+    assert trained_runs(validate_config(copy.deepcopy(DEFAULT))) == ["dflash-shift", "dflash-noshift", "domino"]
 
 
 def test_overlays_merge_key_by_key_as_snakemake_does(tmp_path):

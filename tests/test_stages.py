@@ -1,6 +1,7 @@
 """The stage layer (domino/stages.py, domino/__main__.py): declarations, the config a job gets,
 and what a stage may read of it."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import yaml
 
 from conftest import ROOT
 from domino.config import validate_config
-from domino.stages import STAGES, StageConfig, UndeclaredKey, stage_config, unread
+from domino.stages import STAGES, StageConfig, UndeclaredKey, stage_config, train_config, unread
 
 CONFIG = validate_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
 
@@ -29,6 +30,21 @@ def test_editing_one_variant_changes_only_its_own_jobs_params():
     for ck, changed in (("domino", False), ("dflash-shift", True)):
         before, after = (stage_config("train", c, {"checkpoint": ck}) for c in (CONFIG, edited))
         assert (before != after) is changed, ck
+
+
+def test_a_seed_replicate_trains_as_its_checkpoint_with_its_own_seed():
+    """domino-seed2 gets domino's entry and values; only its seed differs (seed + 2). The replicate
+    count reaches no job, so raising it reruns no training that exists."""
+    three = json.loads(json.dumps(CONFIG))
+    three["train"]["replicates"] = 3
+    sent = json.loads(stage_config("train", three, {"checkpoint": "domino-seed2"}))
+    assert sent == json.loads(stage_config("train", CONFIG, {"checkpoint": "domino"}))
+    assert "replicates" not in sent["values"]["train"]
+    cfg = StageConfig(sent["values"], sent["declared"])
+    replicate, card_row = train_config(cfg, "domino-seed2")[0], train_config(cfg, "domino")[0]
+    assert replicate.seed == CONFIG["seed"] + 2 and dataclasses.replace(replicate, seed=CONFIG["seed"]) == card_row
+    with pytest.raises(UndeclaredKey, match="'train.replicates' says which jobs run"):
+        StageConfig(three, ["train"])["train.replicates"]
 
 
 def test_keys_read_only_in_some_configs_are_declared_there_only():

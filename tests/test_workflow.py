@@ -146,17 +146,24 @@ def test_editing_a_benchmark_value_reruns_only_benchmark_and_report(micro_run):
     assert planned_jobs(run_snakemake(micro_run, "-n", "reports/model_card.md", "--configfile", "config.yaml",
                                       "micro.yaml")) == {}
     jobs = _edit(micro_run, "benchmark:\n  max_new_tokens: 10\n")
-    assert jobs == {"benchmark_baseline": 1, "benchmark": 3, "report": 1}, jobs
+    assert jobs == {"benchmark": 1, "report": 1}, jobs
 
 
 def test_editing_a_training_value_reruns_training_and_what_follows(micro_run):
     jobs = _edit(micro_run, "train:\n  lr: 0.002\n")
-    assert jobs == {"train": 3, "validate": 3, "benchmark": 3, "report": 1}, jobs
+    assert jobs == {"train": 3, "validate": 3, "benchmark": 1, "report": 1}, jobs
 
 
 def test_editing_one_variant_reruns_only_its_jobs(micro_run):
     jobs = _edit(micro_run, "checkpoints:\n  dflash-shift: {train: {lr: 0.002}}\n")
     assert jobs == {"train": 1, "validate": 1, "benchmark": 1, "report": 1}, jobs
+
+
+def test_more_seed_replicates_train_only_the_new_ones(micro_run):
+    """train.replicates 1 -> 3 on a finished run: six new trainings (two per checkpoint), the
+    benchmark job (which decodes every run side by side) and the report; nothing retrains."""
+    jobs = _edit(micro_run, "train:\n  replicates: 3\n")
+    assert jobs == {"train": 6, "benchmark": 1, "report": 1}, jobs
 
 
 def test_a_run_with_other_overlays_is_refused_in_this_directory(micro_run):

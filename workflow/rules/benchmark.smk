@@ -1,35 +1,29 @@
-rule benchmark_baseline:
-    input:
-        VERIFIER_INPUT,
-    output:
-        out="results/benchmark/baseline.json",
-    params:
-        config=stage_params("benchmark_baseline"),
-        verifier=VERIFIER,
-    log:
-        "logs/benchmark/baseline.log",
-    benchmark:
-        "benchmarks/benchmark/baseline.tsv"
-    shell:
-        domino("benchmark_baseline")
+# The HumanEval benchmark, greedy: one job decodes every prompt plain and with each trained run's
+# drafter, back to back, so that every speedup and every comparison of two checkpoints rests on
+# decodes of the same moments (domino/bench.py). results/benchmark/{run}.json, baseline included.
+
+
+def decoded(runs):
+    """The benchmark jobs' inputs and params for `runs`: the weights, the run names, the checkpoints."""
+    return {"weights": expand("results/train/{run}/checkpoint/model.safetensors", run=runs),
+            "runs": list(runs), "checkpoint_dirs": [f"results/train/{run}/checkpoint" for run in runs]}
 
 
 rule benchmark:
     input:
         VERIFIER_INPUT,
-        baseline="results/benchmark/baseline.json",
-        weights="results/train/{run}/checkpoint/model.safetensors",
+        weights=decoded(TRAINED)["weights"],
     output:
-        out="results/benchmark/{run}.json",
-    wildcard_constraints:
-        run="|".join(CHECKPOINTS),
+        baseline="results/benchmark/baseline.json",
+        outs=expand("results/benchmark/{run}.json", run=TRAINED),
     params:
         config=stage_params("benchmark"),
         verifier=VERIFIER,
-        checkpoint_dir=parent("weights", "input"),
+        runs=decoded(TRAINED)["runs"],
+        checkpoint_dirs=decoded(TRAINED)["checkpoint_dirs"],
     log:
-        "logs/benchmark/{run}.log",
+        "logs/benchmark.log",
     benchmark:
-        "benchmarks/benchmark/{run}.tsv"
+        "benchmarks/benchmark.tsv"
     shell:
         domino("benchmark")

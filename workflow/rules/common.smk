@@ -3,7 +3,7 @@ import os
 import sys
 from pathlib import Path
 
-from domino.config import ConfigError, validate_config, vllm_runs
+from domino.config import ConfigError, trained_runs, validate_config, vllm_runs
 from domino.stages import STAGES, stage_config
 
 # Validate before any job is scheduled: a bad value stops here, naming the key.
@@ -15,7 +15,8 @@ config.clear()
 config.update(_validated)
 
 CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config order
-RUNS = ["baseline"] + CHECKPOINTS
+TRAINED = trained_runs(config)  # the checkpoints, then their seed replicates (train.replicates)
+RUNS = ["baseline"] + TRAINED  # every results/benchmark/{run}.json
 EMBEDDED = config["verifier"]["source"] == "embedded"
 # where every later stage loads the verifier (and its tokenizer) from
 VERIFIER = "results/verifier/model" if EMBEDDED else config["verifier"]["source"]
@@ -44,7 +45,8 @@ _NAMESPACE = {"input": "input", "output": "output", "param": "params", "wildcard
 
 def domino(name, launcher="python -m domino"):
     """The shell command of stage `name`: its config, each of its paths by name, its log."""
-    args = [f"--{arg.replace('_', '-')} {{{_NAMESPACE[role]}.{arg}:q}}" for arg, role in STAGES[name].paths.items()]
+    args = [f"--{arg.replace('_', '-')} {{{_NAMESPACE[role.removesuffix('[]')]}.{arg}:q}}"
+            for arg, role in STAGES[name].paths.items()]
     launcher = launcher.replace("{", "{{").replace("}", "}}")  # literal text in a shell: template
     return " ".join([launcher, name, "--config {params.config:q}", *args, "--log {log:q}"])
 

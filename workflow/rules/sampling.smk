@@ -1,49 +1,31 @@
 # Speculative sampling at each temperature T > 0 of benchmark.temperatures (T = 0 is the greedy
-# benchmark): plain sampling, then each checkpoint's speculative sampling beside plain sampling
-# of the same prompts with the same seeds. results/sampling/T<T>/<run>.json, as the greedy files.
+# benchmark): one job per T decodes every prompt by plain sampling and by each checkpoint's
+# speculative sampling, with the same seeds. results/sampling/T<T>/<run>.json, as the greedy files.
 
 TEMPERATURES = [f"{t:g}" for t in config["benchmark"]["temperatures"] if t > 0]
 
 
 def sampling_outputs(wc=None):
-    return expand("results/sampling/T{temperature}/{run}.json", temperature=TEMPERATURES, run=RUNS)
-
-
-rule sampling_baseline:
-    input:
-        VERIFIER_INPUT,
-    output:
-        out="results/sampling/T{temperature}/baseline.json",
-    wildcard_constraints:
-        temperature="[0-9.]+",
-    params:
-        config=stage_params("sampling_baseline"),
-        verifier=VERIFIER,
-    log:
-        "logs/sampling/T{temperature}/baseline.log",
-    benchmark:
-        "benchmarks/sampling/T{temperature}/baseline.tsv"
-    shell:
-        domino("sampling_baseline")
+    return expand("results/sampling/T{temperature}/{run}.json", temperature=TEMPERATURES, run=["baseline"] + CHECKPOINTS)
 
 
 rule sampling:
     input:
         VERIFIER_INPUT,
-        baseline="results/sampling/T{temperature}/baseline.json",
-        weights="results/train/{run}/checkpoint/model.safetensors",
+        weights=decoded(CHECKPOINTS)["weights"],
     output:
-        out="results/sampling/T{temperature}/{run}.json",
+        baseline="results/sampling/T{temperature}/baseline.json",
+        outs=expand("results/sampling/T{{temperature}}/{run}.json", run=CHECKPOINTS),
     wildcard_constraints:
         temperature="[0-9.]+",
-        run="|".join(CHECKPOINTS),
     params:
         config=stage_params("sampling"),
         verifier=VERIFIER,
-        checkpoint_dir=parent("weights", "input"),
+        runs=decoded(CHECKPOINTS)["runs"],
+        checkpoint_dirs=decoded(CHECKPOINTS)["checkpoint_dirs"],
     log:
-        "logs/sampling/T{temperature}/{run}.log",
+        "logs/sampling/T{temperature}.log",
     benchmark:
-        "benchmarks/sampling/T{temperature}/{run}.tsv"
+        "benchmarks/sampling/T{temperature}.tsv"
     shell:
         domino("sampling")

@@ -15,7 +15,7 @@ rule train:
         metrics="results/train/{checkpoint}/metrics.jsonl",
         summary="results/train/{checkpoint}/summary.json",
     wildcard_constraints:
-        checkpoint="|".join(CHECKPOINTS),
+        checkpoint="|".join(TRAINED),  # a seed replicate (domino-seed1) trains as its checkpoint, seed + r
     params:
         config=stage_params("train"),
         verifier=VERIFIER,
