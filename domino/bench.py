@@ -135,11 +135,11 @@ class PromptDecodes:
 
 def load_models(p: dict, verifier_path: str, checkpoint_dirs: dict[str, str]) -> Loaded:
     """The verifier and its tokenizer, and the drafter of each run (run name -> checkpoint dir)."""
+    if PLAIN in checkpoint_dirs:
+        raise BenchmarkError(f"{PLAIN!r} names the plain decodes; a checkpoint needs another name")
     dev = p.get("device", "cpu")
     tok = load_tokenizer(verifier_path)
     verifier = load_verifier(verifier_path, p["verifier"]["dtype"], dev)
-    if PLAIN in checkpoint_dirs:
-        raise BenchmarkError(f"{PLAIN!r} names the plain decodes; a checkpoint needs another name")
     drafts = {run: NeuralDraft(Drafter.load(d).to(dev, dtype=verifier.dtype).eval())
               for run, d in checkpoint_dirs.items()}
     return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)

@@ -38,6 +38,21 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
     assert "results/vllm_benchmark/dflash-shift.json" not in text
 
 
+@pytest.mark.parametrize("overlay,added", [
+    ("config/sampling.yaml", {"sampling": 2}),  # one job per T > 0: 0.6 and 1.0
+    ("config/replicates.yaml", {"train": 6}),   # two more trainings per checkpoint, the same benchmark job
+])
+def test_dry_run_of_an_overlay(overlay, added, tmp_path):
+    repo = copy_repo(tmp_path)
+    out = run_snakemake(repo, "-n", "-p", "--configfile", "config.yaml", overlay, "--", "reports/model_card.md")
+    jobs = Counter(DEFAULT_JOBS) + Counter(added)
+    assert planned_jobs(out) == dict(jobs), planned_jobs(out)
+    if "replicates" in overlay:  # the benchmark job decodes all nine trained runs beside plain greedy
+        text = out.stdout + out.stderr
+        assert "--runs dflash-shift dflash-noshift domino dflash-shift-seed1" in text
+        assert "results/benchmark/domino-seed2.json" in text and "results/validate/domino-seed1.json" not in text
+
+
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
     """The whole workflow on the micro config; every stage records the config keys it read."""
