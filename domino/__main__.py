@@ -18,7 +18,7 @@ from .common import tee_output
 from .stages import STAGES, UndeclaredKey, run_stage
 
 ROLE_HELP = {"input": "input path", "output": "output path (written atomically)",
-             "param": "path computed by the rule", "wildcard": "the job's wildcard value"}
+             "param": "computed by the rule (a path, or the run names)", "wildcard": "the job's wildcard value"}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -241,15 +241,15 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
     return near_ties
 
 
-def speed_summary(timings: list[PromptTiming], seed: int, resamples: int = RESAMPLES) -> dict:
+def speed_summary(timings: list[PromptTiming], seed: int) -> dict:
     """Totals, both TPS and the paired speedup ``sum(plain s) / sum(speculative s)``, with intervals."""
     tokens = [len(t.main.new_token_ids) for t in timings]
     plain_tokens = [len(t.plain.new_token_ids) for t in timings]
     seconds = [t.main.seconds for t in timings]
     plain_seconds = [t.plain.seconds for t in timings]
-    tps = ratio_of_sums(tokens, seconds, resamples, seed)
-    plain_tps = ratio_of_sums(plain_tokens, plain_seconds, resamples, seed)
-    speedup = paired_speedup(plain_seconds, seconds, resamples, seed)
+    tps = ratio_of_sums(tokens, seconds, RESAMPLES, seed)
+    plain_tps = ratio_of_sums(plain_tokens, plain_seconds, RESAMPLES, seed)
+    speedup = paired_speedup(plain_seconds, seconds, RESAMPLES, seed)
     return {"prompts": len(timings), "new_tokens": sum(tokens), "seconds": sum(seconds),
             "tps": tokens_per_second(sum(tokens), sum(seconds)), "tps_ci": tps.bounds(),
             "plain_seconds": sum(plain_seconds), "plain_tps": tokens_per_second(sum(plain_tokens), sum(plain_seconds)),
@@ -258,8 +258,7 @@ def speed_summary(timings: list[PromptTiming], seed: int, resamples: int = RESAM
             "verify_seconds": sum(t.main.verify_seconds for t in timings)}
 
 
-def acceptance_fields(timings: list[PromptTiming], drafts_per_step: int, seed: int,
-                      resamples: int = RESAMPLES) -> dict:
+def acceptance_fields(timings: list[PromptTiming], drafts_per_step: int, seed: int) -> dict:
     """Acceptance (``domino.metrics``) with intervals; the plain baseline's trivial values."""
     if drafts_per_step == 0:
         new_tokens = sum(len(t.plain.new_token_ids) for t in timings)
@@ -269,7 +268,7 @@ def acceptance_fields(timings: list[PromptTiming], drafts_per_step: int, seed: i
                 "drafts_per_step": 0, "steps": new_tokens, "accepted": 0}
     acc_lists = [t.speculative.accepted_per_step for t in timings]
     return {**acceptance_summary(acc_lists, drafts_per_step),
-            **acceptance_intervals(acc_lists, drafts_per_step, resamples, seed), "drafts_per_step": drafts_per_step}
+            **acceptance_intervals(acc_lists, drafts_per_step, RESAMPLES, seed), "drafts_per_step": drafts_per_step}
 
 
 def verifier_behaviour(timings: list[PromptTiming]) -> dict:
@@ -293,7 +292,7 @@ def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list
     speculative = drafts_per_step > 0
     return {**speed_summary(timings, seed), **acceptance_fields(timings, drafts_per_step, seed),
             **verifier_behaviour(timings), "matches_baseline": not near_ties, "near_tie_divergences": near_ties,
-            "tie_tolerance": tie_tolerance,
+            "tie_tolerance": tie_tolerance if speculative else 0.0,
             # one job decodes the baseline file and every run beside it: their plain decodes are one
             "plain_matches_baseline_file": True if speculative else None,
             "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
@@ -316,12 +315,12 @@ def run_benchmark(p: dict, verifier_path: str, checkpoint_dirs: dict[str, str], 
 
     On CPU the timed decodes use ``benchmark.threads`` torch threads."""
     b, seed = p["benchmark"], int(p.get("seed", 0))
-    threads, tie_tolerance = int(b["threads"]), float(b["tie_tolerance"])
+    threads = int(b["threads"])
     if p.get("device", "cpu") == "cpu":
         torch.set_num_threads(threads)
     decoding = Decoding(temperature, b["top_p"], seed) if temperature > 0 else Decoding(seed=seed)
     greedy = temperature == 0
-    tol = tie_tolerance if greedy else 0.0  # near ties: greedy speculative decoding only
+    tol = float(b["tie_tolerance"]) if greedy else 0.0  # near ties: greedy speculative decoding only
     loaded = load_models(p, verifier_path, checkpoint_dirs)
     tasks, encoded = encode_tasks(p, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
     decodes = timed_decodes(loaded, encoded, b["max_new_tokens"], desc=f"benchmark ({decoding.describe()})",
@@ -348,13 +347,14 @@ def _bracket(bounds: list[float]) -> str:
     return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
 
 
-class RunComparison(NamedTuple):
+class CheckpointComparison(NamedTuple):
     """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
     acceptance_length: Interval  # pooled AL
     speedup: Interval  # paired speedups, each against the plain decodes beside it
 
 
-def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0, resamples: int = RESAMPLES) -> RunComparison:
+def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
+                        resamples: int = RESAMPLES) -> CheckpointComparison:
     """Paired comparison of two speculative results files of the same prompts (e.g. Domino vs
     DFlash noshift). Speedups rather than TPS are compared: each run's speculative seconds are
     divided by the plain seconds measured beside them. Runs of one benchmark job share their
@@ -366,4 +366,4 @@ def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0, resamples
                                       resamples, seed)
     speed = paired_relative_difference([r["plain_seconds"] for r in pa], [r["seconds"] for r in pa],
                                        [r["plain_seconds"] for r in pb], [r["seconds"] for r in pb], resamples, seed)
-    return RunComparison(al, speed)
+    return CheckpointComparison(al, speed)

@@ -24,8 +24,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from .bench import PLAIN, run_benchmark
 from .config import load_config, trained_runs
 from .io import write_json
@@ -48,7 +46,8 @@ def benchmark_once(cfg: dict, run_dir: Path, load: bool, core: int) -> dict[str,
     """One greedy benchmark of every trained run of ``run_dir`` (quiet, or beside a busy loop)."""
     verifier = str(run_dir / "results/verifier/model") if cfg["verifier"]["source"] == "embedded" \
         else cfg["verifier"]["source"]
-    runs = {run: str(run_dir / "results/train" / run / "checkpoint") for run in trained_runs(cfg)}
+    trained = trained_runs(cfg["checkpoints"], cfg["train"]["replicates"])
+    runs = {run: str(run_dir / "results/train" / run / "checkpoint") for run in trained}
     with tempfile.TemporaryDirectory() as tmp, competing_process(core) if load else contextlib.nullcontext():
         outs = {run: str(Path(tmp) / f"{run}.json") for run in (PLAIN, *runs)}
         return run_benchmark(cfg, verifier, runs, outs, log=lambda m: None)
@@ -66,9 +65,9 @@ def compare(run: str, quiet: dict, loaded: dict) -> dict:
     """The figures of one run, quiet vs loaded (results files of ``run_benchmark``); prints them."""
     q, ld = quiet["summary"], loaded["summary"]
     unpaired = ld["tps"] / q["plain_tps"]
+    tokens = [[r["new_token_ids"] for r in res["prompts"]] for res in (quiet, loaded)]
     row = {"run": run, "quiet": q, "loaded": ld, "speedup_intervals_overlap": overlap(q["speedup_ci"], ld["speedup_ci"]),
-           "unpaired_speedup_loaded_vs_quiet": unpaired,
-           "same_tokens": [r["new_token_ids"] for r in quiet["prompts"]] == [r["new_token_ids"] for r in loaded["prompts"]]}
+           "unpaired_speedup_loaded_vs_quiet": unpaired, "same_tokens": tokens[0] == tokens[1]}
     for label, s in (("quiet", q), ("loaded", ld)):
         print(f"{run} {label:6s}: plain TPS {_ci(s['plain_tps'], s['plain_tps_ci'])}, speculative TPS "
               f"{_ci(s['tps'], s['tps_ci'])}, paired speedup {_ci(s['speedup'], s['speedup_ci'])}")
@@ -90,7 +89,6 @@ def main(argv=None) -> list[dict]:
     cfg = load_config([root / "config.yaml", *a.configfile])
     if a.max_prompts is not None:
         cfg["benchmark"]["max_prompts"] = a.max_prompts
-    torch.manual_seed(cfg["seed"])
     b = cfg["benchmark"]
     print(f"{b['max_prompts']} prompts x {b['max_new_tokens']} new tokens, {b['threads']} torch thread(s) "
           f"(benchmark.threads), {os.cpu_count()} cores; load: a busy loop on core {a.core}")

@@ -45,8 +45,10 @@ PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "pytho
 _VALIDATE_KEYS = ("projector", "shift_label", "first_trained_slot", "first_trained_accuracy", "per_slot", "overall", "anchors")
 _VLLM_KEYS = ("acceptance_length", "tps", "speedup", "prompts", "same_tokens_as_ours", "ours_acceptance_length",
               "ours_tps")
-_SUMMARY_KEYS = ("acceptance_length", "tps", "per_position_acceptance", "conditional_acceptance",
-                 "drafts_per_step", "speedup", "matches_baseline")
+# every summary field the card reads without a fallback (docs/results.md)
+_SUMMARY_KEYS = ("acceptance_length", "tps", "per_position_acceptance", "conditional_acceptance", "speedup",
+                 "matches_baseline", "steps", "new_tokens", "seconds", "draft_seconds", "verify_seconds",
+                 "plain_seconds")
 _METRIC_KEYS = ("step", "loss", "base_loss", "final_loss", "lambda")
 _DRAFTER_KEYS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_layers", "block_size",
                  "aux_layer_ids", "draft_vocab_size", "target_vocab_size", "target_num_layers", "projector",
@@ -63,21 +65,6 @@ def _require(obj, keys, path: Path, what: str = "results file"):
     return obj
 
 
-def read_jsonl(path: str | Path, keys=(), what: str = "results file") -> list[dict]:
-    return io.read_jsonl(path, keys, what)
-
-
-def _paired_plain_seconds(bench: dict) -> float | None:
-    """Total plain-decoding seconds timed beside the speculative run on the same prompts, when the
-    benchmark records them (summary ``plain_seconds``, or ``plain_seconds`` on every prompt)."""
-    if isinstance(bench["summary"].get("plain_seconds"), (int, float)):
-        return float(bench["summary"]["plain_seconds"])
-    per_prompt = [r.get("plain_seconds") for r in bench.get("prompts") or []]
-    if per_prompt and all(isinstance(x, (int, float)) for x in per_prompt):
-        return float(sum(per_prompt))
-    return None
-
-
 def _read_benchmark(p: Path) -> dict:
     """A benchmark or sampling results file: protocol, summary and, of the per-prompt records, the
     fields a paired comparison reads (``PROMPT_KEYS``, those present)."""
@@ -85,7 +72,7 @@ def _read_benchmark(p: Path) -> dict:
     _require(bench["summary"], _SUMMARY_KEYS, p)
     prompts = [{k: r[k] for k in PROMPT_KEYS if k in r} for r in bench.get("prompts") or []]
     return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
-            "path": str(p), "prompts": prompts, "paired_plain_seconds": _paired_plain_seconds(bench)}
+            "path": str(p), "prompts": prompts}
 
 
 def _one_protocol(runs: dict, what: str) -> None:
@@ -105,7 +92,7 @@ def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
         raise ValueError(f"replicates must be a whole number >= 1, got {replicates!r}")
     out = {}
-    for run in trained_runs({"checkpoints": dict.fromkeys(checkpoints), "train": {"replicates": replicates}}):
+    for run in trained_runs(checkpoints, replicates):
         ckpt, r = split_replicate(run)
         if r == 0:
             continue
@@ -137,7 +124,7 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
         for slot in out["validate"][ckpt]["per_slot"]:
             _require(slot, ("slot", "target", "base_acc", "final_acc"), p)
         train = root / "train" / ckpt
-        out["metrics"][ckpt] = read_jsonl(train / "metrics.jsonl", _METRIC_KEYS)
+        out["metrics"][ckpt] = io.read_jsonl(train / "metrics.jsonl", _METRIC_KEYS)
         p = train / "summary.json"
         out["train_summary"][ckpt] = _require(read_json(p), ("steps", "epochs", "seconds"), p)
         p = train / "checkpoint" / "drafter_config.json"
@@ -251,19 +238,19 @@ def _env() -> Environment:
 class StepCost:
     """Where a speculative step's time goes, against plain decoding's time per token.
 
-    A plain step yields one token, so ``speedup = tokens_per_step / cost_in_plain_steps`` exactly
-    (both sides come from the same totals); acceptance length can exceed tokens per step a little
-    where the token budget cut a step's accepted drafts short."""
+    A plain step yields one token, so ``speedup = tokens_per_step / cost_in_plain_steps``: the
+    recorded paired speedup exactly when both decodes yield the same tokens, as greedy lossless
+    decoding does; acceptance length can exceed tokens per step a little where the token budget
+    cut a step's accepted drafts short."""
     tokens_per_step: float       # new tokens / speculative steps
     cost_in_plain_steps: float   # (seconds / steps) / plain seconds per token
     draft_share: float           # drafting seconds / total seconds
     verify_share: float          # verification seconds / total seconds
     other_share: float           # the rest: acceptance checks, cache bookkeeping
     speedup: float               # tokens_per_step / cost_in_plain_steps
-    paired: bool                 # plain time measured beside this run on the same prompts
 
 
-def step_cost(summary: dict, plain_seconds_per_token: float, paired: bool = False) -> StepCost:
+def step_cost(summary: dict, plain_seconds_per_token: float) -> StepCost:
     """``summary``: a speculative run's benchmark summary (``steps``, ``new_tokens``, ``seconds``,
     ``draft_seconds``, ``verify_seconds``)."""
     if summary["steps"] <= 0 or summary["seconds"] <= 0 or plain_seconds_per_token <= 0:
@@ -273,39 +260,21 @@ def step_cost(summary: dict, plain_seconds_per_token: float, paired: bool = Fals
     draft, verify = summary["draft_seconds"] / summary["seconds"], summary["verify_seconds"] / summary["seconds"]
     tokens = summary["new_tokens"] / summary["steps"]
     cost = per_step / plain_seconds_per_token
-    return StepCost(tokens, cost, draft, verify, 1.0 - draft - verify, tokens / cost, paired)
+    return StepCost(tokens, cost, draft, verify, 1.0 - draft - verify, tokens / cost)
 
 
-def _plain_seconds_per_token(res: dict, run: str) -> tuple[float, bool]:
-    """Paired plain time of the same prompts when recorded, else the plain-greedy job's."""
-    b = res["benchmark"][run]
-    if b["paired_plain_seconds"] is not None:
-        return b["paired_plain_seconds"] / b["summary"]["new_tokens"], True
-    base = res["benchmark"]["baseline"]["summary"]
-    return base["seconds"] / base["new_tokens"], False
-
-
-def _pos_columns(per_pos: list[float]) -> list[float | None]:
-    """[pos_0, pos_1, pos_2, pos_3, pos_4+]; pos_4+ is the SUM over positions >= 4; None if not drafted."""
-    head = [per_pos[i] if i < len(per_pos) else None for i in range(4)]
-    return head + [sum(per_pos[4:])]
+def _plain_seconds_per_token(res: dict, run: str) -> float:
+    """Plain decoding's seconds per token: the run's ``plain_seconds`` (the plain decodes of its
+    job) over those decodes' own tokens, which ``baseline.json``'s ``new_tokens`` counts (the
+    one benchmark job writes the baseline file from the same plain decodes, docs/results.md)."""
+    return res["benchmark"][run]["summary"]["plain_seconds"] / res["benchmark"]["baseline"]["summary"]["new_tokens"]
 
 
 def _pos_estimates(bench: dict) -> list[Estimate | None]:
-    """``_pos_columns`` with intervals: the recorded ones for pos_0..pos_3, a derived one for pos_4+."""
+    """[pos_0, pos_1, pos_2, pos_3, pos_4+] with intervals (the recorded ones for pos_0..pos_3, a
+    derived one for pos_4+, the SUM over positions >= 4); None for a position not drafted."""
     per_pos = position_estimates(bench["summary"])
     return [per_pos[i] if i < len(per_pos) else None for i in range(4)] + [tail_estimate(bench, 4)]
-
-
-def _first_slot_accuracy(v: dict) -> float | None:
-    """Final teacher-forced accuracy of the slot that predicts a+1 (slot 0 shifted, slot 1 not)."""
-    return next((s["final_acc"] for s in v["per_slot"] if s["target"] == "a+1"), None)
-
-
-def _conditional(summary: dict) -> list[float | None]:
-    """Conditional acceptance, None where the previous position was never accepted (undefined)."""
-    per_pos, cond = summary["per_position_acceptance"], summary["conditional_acceptance"]
-    return [c if i == 0 or per_pos[i - 1] > 0 else None for i, c in enumerate(cond)]
 
 
 def _first_trained(v: dict) -> dict | None:
@@ -320,21 +289,22 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
     s, v = bench["summary"], res["validate"][ckpt]
     train = res["train_summary"][ckpt]
     vs_ref = None if ckpt == COMPARE_TO else compare(bench, ref_bench)
+    pos_est, cond_est = _pos_estimates(bench), conditional_estimates(bench)
+    tf = teacher_forced_vs_served(v, bench, cond_est)
     return {
         "al_est": estimate(s, "acceptance_length"), "al_prompt_mean": estimate(s, "acceptance_length_per_prompt_mean"),
-        "tps_est": estimate(s, "tps"), "plain_tps": estimate(s, "plain_tps"), "speedup_est": estimate(s, "speedup"),
-        "pos_est": _pos_estimates(bench), "cond_est": conditional_estimates(bench), "vs_ref": vs_ref,
-        "first_slot_acc": _first_slot_accuracy(v), "tf": teacher_forced_vs_served(v, bench),
+        "tps_est": estimate(s, "tps"), "speedup_est": estimate(s, "speedup"),
+        "pos_est": pos_est, "cond_est": cond_est, "vs_ref": vs_ref,
+        "first_slot_acc": tf.positions[0].teacher_forced, "tf": tf,  # position 0 drafts a+1
         "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
         "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
-        "al": s["acceptance_length"], "tps": s["tps"], "speedup": s["speedup"],
-        "matches_baseline": s["matches_baseline"], "drafts": s["drafts_per_step"],
+        "al": s["acceptance_length"], "tps": s["tps"], "matches_baseline": s["matches_baseline"],
         "near_ties": len(s.get("near_tie_divergences") or []), "tie_tolerance": s.get("tie_tolerance"),
         "is_ref": ckpt == COMPARE_TO,
-        "pos": _pos_columns(s["per_position_acceptance"]),
-        "cond": _conditional(s),
+        "pos": [None if e is None else e.value for e in pos_est],
+        "cond": [None if e is None else e.value for e in cond_est],
         "cond_steps": steps_behind_conditional(s),
-        "cost": step_cost(s, *_plain_seconds_per_token(res, ckpt)),
+        "cost": step_cost(s, _plain_seconds_per_token(res, ckpt)),
         "steps": train["steps"], "epochs": train["epochs"], "train_seconds": train["seconds"],
     }
 
@@ -348,9 +318,10 @@ def _check_inputs(res: dict, card_info: dict, provenance: dict, changes: dict) -
         raise ValueError(f"provenance lacks {', '.join(missing)}")
     if not isinstance(card_info["scale"], ScaleStatement):
         raise ValueError(f"card_info scale must be a scale.ScaleStatement, got {card_info['scale']!r}")
-    for needed in ("domino", COMPARE_TO):
-        if needed not in res["validate"]:
-            raise ValueError(f"the card needs the {needed!r} checkpoint; got {list(res['validate'])}")
+    missing = [c for c in CHECKPOINTS if c not in res["validate"]]
+    if missing:
+        raise ValueError(f"the card needs its rows' checkpoint(s) {', '.join(missing)}; "
+                         f"got {', '.join(res['validate'])}")
     undescribed = [c for c in res["validate"] if c not in CHECKPOINTS and c not in changes]
     if undescribed:
         raise ValueError(f"the Ablations table needs what {', '.join(undescribed)} change(s) relative to Domino "
@@ -364,37 +335,38 @@ def _validation_column_note() -> dict:
             "column_mean": statistics.mean(v["base_acc"]), "overall": v["overall"]}
 
 
-def _domino_vs_dflash(res: dict, rows: list[dict]) -> list[dict]:
-    """Domino against each DFlash row of the card: paired relative differences."""
+def _domino_vs_dflash(res: dict, by_name: dict) -> list[dict]:
+    """Domino against each DFlash row of the card: paired relative differences (the one against
+    DFlash noshift is Domino's row's ``vs_ref``)."""
     dom = res["benchmark"]["domino"]
-    return [{"label": f"Domino vs {r['label']}", "vs": r["label"], "cmp": compare(dom, res["benchmark"][r["name"]])}
-            for r in rows if r["projector"] == "dflash"]
+    return [{"label": f"Domino vs {by_name[c]['label']}", "vs": by_name[c]["label"],
+             "cmp": by_name["domino"]["vs_ref"] if c == COMPARE_TO else compare(dom, res["benchmark"][c])}
+            for c in CHECKPOINTS if by_name[c]["projector"] == "dflash"]
 
 
-def _ablation_rows(res: dict, by_name: dict, changes: dict) -> list[dict] | None:
-    """Every configured variant (the card's rows first) beside Domino; None without an extra variant."""
-    if all(c in CHECKPOINTS for c in by_name):
+def _ablation_rows(res: dict, by_name: dict, order: list[str], changes: dict) -> list[dict] | None:
+    """Every configured variant, in ``order``, beside Domino; None without an extra variant."""
+    if len(order) == len(CHECKPOINTS):
         return None
     dom = res["benchmark"]["domino"]
-    order = [c for c in CHECKPOINTS if c in by_name] + [c for c in by_name if c not in CHECKPOINTS]
     return [{**by_name[c], "changes": "(reference)" if c == "domino" else changes.get(c) or "—",
              "vs_domino": None if c == "domino" else compare(res["benchmark"][c], dom).acceptance_length}
             for c in order]
 
 
-def _sampling_rows(res: dict, names: list[str], temperatures) -> list[dict] | None:
-    """Per temperature (T = 0 from the greedy files) and checkpoint: AL, per-position acceptance
-    and paired speedup; None when only greedy decoding was run."""
+def _sampling_rows(res: dict, by_name: dict, order: list[str], temperatures) -> dict | None:
+    """Per temperature and checkpoint (in ``order``): AL, per-position acceptance and paired
+    speedup, T = 0 from the greedy rows; None when only greedy decoding was run."""
     if not res["sampling"]:
         return None
-    runs = {0.0: res["benchmark"], **res["sampling"]}
-    out = []
-    for t in sorted(runs if 0 in temperatures else res["sampling"]):
-        for c in names:
-            b = runs[t][c]
+    out = [{"temperature": 0.0, "label": by_name[c]["label"], "al": by_name[c]["al_est"], "pos": by_name[c]["pos_est"],
+            "speedup": by_name[c]["speedup_est"]} for c in order] if 0 in temperatures else []
+    for t in sorted(res["sampling"]):
+        for c in order:
+            b = res["sampling"][t][c]
             out.append({"temperature": t, "label": LABELS.get(c, c), "al": estimate(b["summary"], "acceptance_length"),
                         "pos": _pos_estimates(b), "speedup": estimate(b["summary"], "speedup")})
-    decoding = {t: runs[t]["baseline"]["protocol"]["decoding"] for t in res["sampling"]}
+    decoding = {t: runs["baseline"]["protocol"]["decoding"] for t, runs in res["sampling"].items()}
     return {"rows": out, "decoding": decoding}
 
 
@@ -410,16 +382,16 @@ def _tf_table(rows: list[dict]) -> list[dict]:
 REPLICATE_METRIC_WORDS = {"acceptance_length": "acceptance length", "speedup": "speedup"}
 
 
-def _replicate_section(res: dict, names: list[str], replicates: int) -> dict | None:
-    """The Seed replicates section: every checkpoint's spread across seeds, and the orderings among
-    the card's three rows and of each further variant against Domino; None for a single replicate."""
+def _replicate_section(res: dict, order: list[str], replicates: int) -> dict | None:
+    """The Seed replicates section: every checkpoint's spread across seeds (in ``order``), and the
+    orderings among the card's three rows and of each further variant against Domino; None for a
+    single replicate."""
     if replicates == 1:
         return None
-    main = [c for c in dict.fromkeys(("domino", COMPARE_TO, *CHECKPOINTS)) if c in names]
+    main = list(dict.fromkeys(("domino", COMPARE_TO, *CHECKPOINTS)))
     pairs = [(a, b) for i, a in enumerate(main) for b in main[i + 1:]]
-    pairs += [("domino", c) for c in names if c not in CHECKPOINTS]
-    rows = [c for c in CHECKPOINTS if c in names] + [c for c in names if c not in CHECKPOINTS]
-    summary = replicate_summary({**res["benchmark"], **res["replicates"]}, rows, replicates, pairs)
+    pairs += [("domino", c) for c in order[len(CHECKPOINTS):]]
+    summary = replicate_summary({**res["benchmark"], **res["replicates"]}, order, replicates, pairs)
     orderings = [{"higher": LABELS.get(o.higher, o.higher), "lower": LABELS.get(o.lower, o.lower),
                   "metric": REPLICATE_METRIC_WORDS[o.metric], "holds": o.holds, "every": o.in_every_replicate,
                   "fails": list(o.fails)} for o in summary.orderings]
@@ -436,15 +408,15 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     changes = changes or {}
     _check_inputs(res, card_info, provenance, changes)
     by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
-    rows = [by_name[c] for c in CHECKPOINTS if c in by_name]  # the seed tables keep the card's three rows
+    order = [*CHECKPOINTS, *(c for c in by_name if c not in CHECKPOINTS)]  # the card's rows, then config order
+    rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     return {
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
-        "domino_vs": _domino_vs_dflash(res, rows), "ablations": _ablation_rows(res, by_name, changes),
-        "sampling": _sampling_rows(res, list(by_name), temperatures),
+        "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
+        "sampling": _sampling_rows(res, by_name, order, temperatures),
         "boot": res["benchmark"]["domino"]["summary"].get("bootstrap"),
-        "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in CHECKPOINTS] + [
-            r for c, r in by_name.items() if c not in CHECKPOINTS],
+        "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in order],
         "baseline_row": {"tps": estimate(res["benchmark"]["baseline"]["summary"], "tps")},
         "cfg": res["drafter_config"]["domino"],  # the verifier's shape, as the drafter was built for it
         "a1_ratio": dom["pos"][0] / noshift["pos"][0] if noshift["pos"][0] else None,
@@ -458,7 +430,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "scale": card_info["scale"], "scale_sentence": card_info["scale"].sentence(),
         "same_budget": len({(r["steps"], r["epochs"]) for r in by_name.values()}) == 1,
         "vllm": _vllm_rows(res["vllm"]), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
-        "published": SEED_SETTINGS, "replicates": _replicate_section(res, list(by_name), replicates),
+        "published": SEED_SETTINGS, "replicates": _replicate_section(res, order, replicates),
     }
 
 
@@ -522,15 +494,15 @@ def _reproduction_rows(ctx: dict) -> dict:
     The published per-position "Base acc" column is its final branch's accuracy (see
     ``_validation_column_note``), so each position is set beside this run's final accuracy."""
     rows = {r["name"]: r for r in ctx["rows"]}
-    ck = [c for c in CHECKPOINTS if c in rows]
-    aggregate = [(f"Accept len, {LABELS[c]}", SEED_CARD["acceptance_length"][c], rows[c]["al"], "f3") for c in ck]
-    aggregate += [(f"TPS, {LABELS[c]}", SEED_CARD["tps"][c], rows[c]["tps"], "f1") for c in ck]
+    aggregate = [(f"Accept len, {LABELS[c]}", SEED_CARD["acceptance_length"][c], rows[c]["al"], "f3")
+                 for c in CHECKPOINTS]
+    aggregate += [(f"TPS, {LABELS[c]}", SEED_CARD["tps"][c], rows[c]["tps"], "f1") for c in CHECKPOINTS]
     aggregate += [(f"First trained prediction accuracy, {LABELS[c]}", SEED_CARD["first_trained_accuracy"][c],
                    rows[c]["first"]["accuracy"] if rows[c]["first"] else None, "pct")
-                  for c in ck if SEED_CARD["first_trained_accuracy"][c] is not None]
+                  for c in CHECKPOINTS if SEED_CARD["first_trained_accuracy"][c] is not None]
     names = ["pos_0", "pos_1", "pos_2", "pos_3", "pos_4+"]
     per_pos = [(f"{LABELS[c]} {n}", SEED_CARD["per_position"][c][i], rows[c]["pos"][i], "f3")
-               for c in ck for i, n in enumerate(names)]
+               for c in CHECKPOINTS for i, n in enumerate(names)]
     cond = ctx["domino"]["cond"]
     conditional = [(f"Position {i}", p, cond[i] if i < len(cond) else None, "pct")
                    for i, p in enumerate(SEED_CARD["domino_conditional"])]

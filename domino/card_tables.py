@@ -175,11 +175,11 @@ class TeacherForcedVsServed:
         return self.served_al.value / self.implied_al - 1
 
 
-def teacher_forced_vs_served(validate: dict, bench: dict) -> TeacherForcedVsServed:
+def teacher_forced_vs_served(validate: dict, bench: dict, served: list[Estimate | None]) -> TeacherForcedVsServed:
     """Per drafted position, the teacher-forced accuracy beside the served conditional acceptance,
-    and the acceptance length the former implies beside the served one."""
+    and the acceptance length the former implies beside the served one. ``served``: the run's
+    ``conditional_estimates(bench)``."""
     by_target = {s["target"]: s for s in validate["per_slot"]}
-    served = conditional_estimates(bench)
     pairs = []
     for i, est in enumerate(served):
         slot = by_target.get(f"a+{i + 1}")
@@ -252,7 +252,7 @@ class ReplicateSummary(NamedTuple):
 
 def _replicate_values(benches: dict[str, dict], checkpoints: list[str], replicates: int) -> dict:
     """{checkpoint: {metric: [value of replicate 0, 1, ...]}} from the runs ``trained_runs`` names."""
-    runs = trained_runs({"checkpoints": dict.fromkeys(checkpoints), "train": {"replicates": replicates}})
+    runs = trained_runs(checkpoints, replicates)
     out = {c: {m: [None] * replicates for m in REPLICATE_METRICS} for c in checkpoints}
     for run in runs:
         if run not in benches:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
+from typing import NamedTuple
 
 # JSON keys holding timings, and what derives from them (paired speedup intervals included)
 TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
@@ -47,9 +47,17 @@ def result_files(run: Path) -> list[Path]:
     return sorted(p.relative_to(run) for p in (run / "results").rglob("*") if p.is_file())
 
 
+class RunComparison(NamedTuple):
+    diffs: list[str]  # one line per path that differs
+    files: int        # files under results/ in either run
+
+
 def compare_runs(a: str | Path, b: str | Path) -> list[str]:
     """One line per path that differs (``results/...`` files, then ``reports/model_card.md``), timing aside."""
-    a, b = Path(a), Path(b)
+    return _compare(Path(a), Path(b)).diffs
+
+
+def _compare(a: Path, b: Path) -> RunComparison:
     diffs = []
     fa, fb = result_files(a), result_files(b)
     diffs += [f"{rel} only in A" for rel in sorted(set(fa) - set(fb))]
@@ -69,7 +77,7 @@ def compare_runs(a: str | Path, b: str | Path) -> list[str]:
             bad = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
             diffs.append(f"reports/model_card.md differs: tables differ in {len(bad) + abs(len(ta) - len(tb))} rows, "
                          f"first: {ta[bad[0]] if bad else '(row count)'}")
-    return diffs
+    return RunComparison(diffs, len(set(fa) | set(fb)))
 
 
 def main(argv=None) -> None:
@@ -77,9 +85,7 @@ def main(argv=None) -> None:
     p.add_argument("run_a", help="a workflow run directory (with results/ and reports/)")
     p.add_argument("run_b", help="another one")
     a = p.parse_args(argv)
-    args = [a.run_a, a.run_b]
-    diffs = compare_runs(*args)
-    n = len(set(result_files(Path(args[0]))) | set(result_files(Path(args[1]))))
+    diffs, n = _compare(Path(a.run_a), Path(a.run_b))
     for d in diffs:
         print(d)
     if diffs:

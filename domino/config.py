@@ -209,9 +209,9 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if d["pure_draft_prefix_len"] >= d["block_size"]:
         raise ConfigError(f"drafter.pure_draft_prefix_len: {d['pure_draft_prefix_len']} (allowed: < block_size)")
     for name, k in kinds.items():
-        if REPLICATE.fullmatch(name):
-            raise ConfigError(f"checkpoints.{name}: names ending in -seed<r> are the seed replicates' "
-                              "(allowed: another name; train.replicates makes the replicates)")
+        if REPLICATE.fullmatch(name) or name == "baseline":
+            raise ConfigError(f"checkpoints.{name}: 'baseline' names the plain decodes and names ending in "
+                              "-seed<r> the seed replicates (allowed: another name)")
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]
@@ -252,11 +252,11 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
                               f"(allowed: an unused row >= {facts['real_vocab']}{or_null})")
 
 
-def trained_runs(cfg: dict) -> list[str]:
+def trained_runs(checkpoints, replicates: int) -> list[str]:
     """Every trained run: the checkpoints in config order (replicate 0, the card's rows), then
-    for r = 1 .. train.replicates - 1 each checkpoint again as ``<checkpoint>-seed<r>``."""
-    names = list(cfg["checkpoints"])
-    return names + [f"{name}-seed{r}" for r in range(1, cfg["train"]["replicates"]) for name in names]
+    for r = 1 .. replicates - 1 (``train.replicates``) each checkpoint again as ``<checkpoint>-seed<r>``."""
+    names = list(checkpoints)
+    return names + [f"{name}-seed{r}" for r in range(1, replicates) for name in names]
 
 
 def split_replicate(run: str) -> tuple[str, int]:

@@ -56,8 +56,6 @@ def cache_kwarg(verifier) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-
-
 class _Stopper:
     def __init__(self, max_new_tokens: int, eos_ids):
         self.max_new, self.eos = max_new_tokens, set(eos_ids or ())

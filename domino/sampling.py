@@ -33,6 +33,7 @@ from typing import NamedTuple
 import torch
 
 from .decode import DecodeResult, greedy_decode, plain_loop, speculative_decode, speculative_loop
+from .vocab import target_ids
 
 
 def seeded_generator(seed: int, device="cpu") -> torch.Generator:
@@ -132,10 +133,9 @@ def propose_sampled(draft, anchor: int, anchor_pos: int, n: int, temperature: fl
         return DraftProposal([], drafter.d2t.new_zeros(0, drafter.cfg.target_vocab_size, dtype=torch.float32))
     sampler = _SlotSampler(temperature, top_p, generator)
     tokens = drafter.draft(anchor, anchor_pos, draft.kv, n, pick_token=sampler)
-    target_ids = drafter.draft_to_target(torch.arange(drafter.cfg.draft_vocab_size, device=drafter.d2t.device))
     q_draft = torch.cat(sampler.rows)  # (n, Vd)
     q = q_draft.new_zeros(len(tokens), drafter.cfg.target_vocab_size)
-    q[:, target_ids] = q_draft
+    q[:, target_ids(drafter.d2t)] = q_draft
     return DraftProposal(tokens, q)
 
 

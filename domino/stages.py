@@ -14,9 +14,10 @@ A key is read when the stage takes a plain value from it, or a whole section; wi
 ``DOMINO_CONFIG_READS`` set to a file, every stage appends what it read there, and a test
 compares it with the declarations.
 
-Path roles: ``input`` and ``output`` are the rule's files of that name, ``param`` a path the
-rule computes (the verifier may be a hub id), ``wildcard`` the rule's wildcard of that name.
-Every entry function takes the config and its paths by the same names.
+Path roles: ``input`` and ``output`` are the rule's files of that name, ``param`` a value the
+rule computes (a path: the verifier may be a hub id; or the run names), ``wildcard`` the rule's
+wildcard of that name. A role ending in ``[]`` is a list, one value per run, in the same order
+as the other lists of the stage. Every entry function takes the config and its paths by the same names.
 """
 
 from __future__ import annotations
@@ -73,11 +74,6 @@ class Stage:
         extra = self.reads_when(config) if self.reads_when else ()
         fill = {k: config_lib.split_replicate(v)[0] if k == "checkpoint" else v for k, v in (wildcards or {}).items()}
         return [k.format(**fill) for k in (*self.reads, *extra)]
-
-    @property
-    def list_paths(self) -> tuple[str, ...]:
-        """The paths given as lists (role ``input[]``, ``output[]``, ``param[]``)."""
-        return tuple(arg for arg, role in self.paths.items() if role.endswith("[]"))
 
 
 def _lookup(config: Mapping, key: str):
@@ -304,18 +300,24 @@ def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: s
 
 
 _BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.dataset",
-              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template", "benchmark.threads",
-              "benchmark.tie_tolerance")
+              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template", "benchmark.threads")
 _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]", "baseline": "output",
             "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
 
 
-@stage("benchmark", _BENCHMARK, _DECODED)
+@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"), _DECODED)
 def benchmark(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
               outs: list[str]) -> None:
     """Greedy: every prompt plain and with each run's drafter, back to back in this one job."""
+    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0)
+
+
+def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
+                outs: list[str], temperature: float) -> None:
+    """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order."""
     bench_lib.run_benchmark(cfg, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
-                            {"baseline": baseline, **dict(zip(runs, outs, strict=True))}, log=common.log)
+                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))}, log=common.log,
+                            temperature=temperature)
 
 
 @stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
@@ -331,9 +333,7 @@ def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str,
              baseline: str, outs: list[str]) -> None:
     """The benchmark at temperature T > 0: plain and speculative sampling of every prompt. Their
     tokens differ by design; losslessness is a property of the distribution (tests/test_sampling.py)."""
-    bench_lib.run_benchmark(cfg, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
-                            {"baseline": baseline, **dict(zip(runs, outs, strict=True))}, log=common.log,
-                            temperature=float(temperature))
+    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature))
 
 
 _VLLM = ("device", "verifier.dtype", "vllm")
@@ -373,23 +373,25 @@ def _template_kwargs(cfg: StageConfig) -> dict:
     return {} if thinking is None else {"enable_thinking": thinking}
 
 
+def checkpoint_entry(cfg: StageConfig, run: str) -> dict:
+    """The ``checkpoints:`` entry of ``run``: a checkpoint's own, or its seed replicate's checkpoint's."""
+    return cfg.section(f"checkpoints.{config_lib.split_replicate(run)[0]}")
+
+
 def overridden(cfg: StageConfig, run: str, section: str) -> dict:
-    """``drafter`` or ``train`` with the overrides of the ``checkpoints:`` entry of ``run`` (a
-    checkpoint, or one of its seed replicates)."""
-    entry = cfg.section(f"checkpoints.{config_lib.split_replicate(run)[0]}")
-    return {**cfg.section(section), **entry.get(section, {})}
+    """``drafter`` or ``train`` with the overrides of ``run``'s ``checkpoints:`` entry."""
+    return {**cfg.section(section), **checkpoint_entry(cfg, run).get(section, {})}
 
 
 def train_config(cfg: StageConfig, run: str) -> tuple[train_lib.TrainConfig, torch.dtype | None]:
     """The run's ``TrainConfig`` and its autocast dtype (None: no autocast). Seed replicate r
     trains with seed + r: its own initialisation, data order, anchors and noise."""
-    checkpoint, replicate = config_lib.split_replicate(run)
     t = overridden(cfg, run, "train")
     autocast = common.DTYPES[t["autocast"]] if t["autocast"] else None
     kept = {k: v for k, v in t.items() if k not in ("autocast", "nproc_per_node")}
     kept["betas"] = tuple(kept["betas"])
-    weighting = cfg[f"checkpoints.{checkpoint}.weighting"]
-    return train_lib.TrainConfig(seed=cfg["seed"] + replicate, weighting=weighting, **kept), autocast
+    seed = cfg["seed"] + config_lib.split_replicate(run)[1]
+    return train_lib.TrainConfig(seed=seed, weighting=checkpoint_entry(cfg, run)["weighting"], **kept), autocast
 
 
 # the DrafterConfig fields that come from the drafter section as they are
@@ -397,9 +399,9 @@ DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size",
                 "pure_draft_prefix_len", "correct_from", "attn_implementation", "sliding_window", "init", "init_std")
 
 
-def drafter_fields(cfg: StageConfig, checkpoint: str, tokenizer) -> dict:
-    """A checkpoint's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
-    d = overridden(cfg, checkpoint, "drafter")
-    kind = cfg.section(f"checkpoints.{config_lib.split_replicate(checkpoint)[0]}")
+def drafter_fields(cfg: StageConfig, run: str, tokenizer) -> dict:
+    """A run's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
+    d = overridden(cfg, run, "drafter")
+    kind = checkpoint_entry(cfg, run)
     return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],
                 mask_token_id=verifier_lib.mask_token_id(tokenizer, d["mask_token_id"]))

@@ -120,11 +120,12 @@ def aux_noise(noise: str, noise_scale: float, noise_std: float = 0.0) -> AuxNois
 
 
 def draw_aux_noise(shape, noise: AuxNoise, generator: torch.Generator) -> torch.Tensor:
-    """float32 noise of ``shape`` drawn from ``generator`` (see ``AuxNoise``)."""
+    """float32 noise of ``shape`` drawn from ``generator`` (see ``AuxNoise``); scaled in place,
+    so a card-sized row allocates one tensor, not three."""
     if noise.kind == "gaussian":
-        return noise.scale * torch.randn(shape, generator=generator)
+        return torch.randn(shape, generator=generator).mul_(noise.scale)
     if noise.kind == "uniform":
-        return noise.scale * (2 * torch.rand(shape, generator=generator) - 1)
+        return torch.rand(shape, generator=generator).mul_(2).sub_(1).mul_(noise.scale)
     raise ValueError(f"no noise to draw for kind {noise.kind!r}")
 
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the README's command for Snakemake's HTML report (run on a finished micro run by test_workflow)
 REPORT_COMMAND = "snakemake --cores 1 --report reports/report.html"
 # what a dry run of the embedded default plans: one job per stage, two extractions (train, val),
-# and train, validate and benchmark once per checkpoint of config.yaml (three)
+# train and validate once per checkpoint of config.yaml (three), and one benchmark job for all
 DEFAULT_JOBS = {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
                 "train": 3, "validate": 3, "benchmark": 1, "report": 1}
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from domino import card, compare, plots, published, scale
+from domino import card, compare, plots, published, scale, stats
 from domino.bench import compare_checkpoints
 from domino.config import validate_config
 from domino.stats import implied_acceptance_length
@@ -35,6 +35,8 @@ SEED_TRAINING_ROWS = ["Dataset", "Sequence length", "Epochs", "LR", "Base-anchor
 # rows this card adds to the seed's Training table: what the published card does not state
 EXTRA_TRAINING_ROWS = ["Optimizer", "Noise on auxiliary states", "Draft attention", "Initialisation"]
 CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
+SPEED_HEADER = "| Run | TPS | Speedup | Output identical to plain greedy |"
+BASELINE_LABEL = "Plain greedy (verifier only)"
 LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino"}
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,14 +189,15 @@ def test_benchmark_numbers(rendered):
     assert s["acceptance_length"] != s["acceptance_length_per_prompt_mean"]  # the two definitions differ here
     assert text.count("**Acceptance length** (pooled") == 1 and text.count("**per-prompt mean acceptance length**") == 1
 
-    speed = {r[0]: r for r in table(text, "| Run | TPS | Plain TPS (same job) | Speedup | Output identical to plain "
-                                          "greedy |")}
-    check_ci(speed["Plain greedy (verifier only)"][1], bench["baseline"]["tps"], bench["baseline"]["tps_ci"], 1)
+    speed = {r[0]: r for r in table(text, SPEED_HEADER)}
+    assert list(speed) == [BASELINE_LABEL, *(LABELS[c] for c in CKPTS)]
+    check_ci(speed[BASELINE_LABEL][1], bench["baseline"]["tps"], bench["baseline"]["tps_ci"], 1)
     for c in CKPTS:
         s = bench[c]
-        check_ci(speed[LABELS[c]][2], s["plain_tps"], s["plain_tps_ci"], 1)
-        check_ci(speed[LABELS[c]][3], s["speedup"], s["speedup_ci"], 2, "×")
-        assert speed[LABELS[c]][4] == "yes"
+        check_ci(speed[BASELINE_LABEL][1], s["plain_tps"], s["plain_tps_ci"], 1)  # the plain decodes are shared
+        check_ci(speed[LABELS[c]][1], s["tps"], s["tps_ci"], 1)
+        check_ci(speed[LABELS[c]][2], s["speedup"], s["speedup_ci"], 2, "×")
+        assert speed[LABELS[c]][3] == "yes"
 
     per_pos = {r[0]: r for r in table(text, SEED_HEADERS[3])}
     for c in CKPTS:
@@ -308,9 +311,11 @@ def test_speed_explained(rendered):
     text = rendered[2]
     rows = {r[0]: r for r in table(text, "| Run | Tokens per step | Accept len | Step cost (plain steps) | Drafting share "
                                          "| Verifying share | Other share | Speedup |")}
+    base = fixture("benchmark/baseline.json")["summary"]
     for c in CKPTS:
         s = fixture(f"benchmark/{c}.json")["summary"]
-        plain = s["plain_seconds"] / s["new_tokens"]  # the plain decodes timed beside this run
+        assert s["plain_seconds"] == base["seconds"]  # one job: every run shares the baseline's plain decodes
+        plain = s["plain_seconds"] / base["new_tokens"]  # seconds per token of those plain decodes
         row = rows[LABELS[c]]
         check_num(row[1], s["new_tokens"] / s["steps"], 2)
         check_num(row[3], s["seconds"] / s["steps"] / plain, 2)
@@ -326,22 +331,25 @@ def test_step_cost_hand_computed():
                         "verify_seconds": 1.2}, 0.025)
     assert c.tokens_per_step == 2.5 and c.cost_in_plain_steps == pytest.approx(2.0)  # 0.05 s / 0.025 s
     assert (c.draft_share, c.verify_share) == (0.25, 0.6) and c.other_share == pytest.approx(0.15)
-    assert c.speedup == pytest.approx(1.25) and not c.paired
+    assert c.speedup == pytest.approx(1.25)
     with pytest.raises(ValueError, match="positive steps"):
         card.step_cost({"steps": 0, "new_tokens": 0, "seconds": 1.0, "draft_seconds": 0, "verify_seconds": 0}, 0.1)
 
 
-def test_paired_plain_time_is_used_when_recorded(results_copy, tmp_path):
+def test_step_cost_uses_the_shared_plain_time():
     s = fixture("benchmark/domino.json")["summary"]
-    row = card._checkpoint_row(card.load_results(results_copy), "domino")
-    assert row["cost"].paired and row["cost"].speedup == pytest.approx(s["plain_seconds"] / s["seconds"])
-    strip_new_fields(results_copy)  # an older file: the plain-greedy job's time stands in
-    res = card.load_results(results_copy)
-    assert res["benchmark"]["domino"]["paired_plain_seconds"] is None
-    base = res["benchmark"]["baseline"]["summary"]
-    row = card._checkpoint_row(res, "domino")
-    assert not row["cost"].paired
-    assert row["cost"].speedup == pytest.approx(base["seconds"] / base["new_tokens"] * s["new_tokens"] / s["seconds"])
+    row = card._checkpoint_row(card.load_results(FIXTURE), "domino")
+    assert row["cost"].speedup == pytest.approx(s["plain_seconds"] / s["seconds"])  # the paired speedup
+
+
+@pytest.mark.parametrize("field", ["plain_seconds", "draft_seconds", "verify_seconds", "steps", "new_tokens"])
+def test_missing_summary_field_names_it(results_copy, field):
+    p = results_copy / "benchmark" / "domino.json"
+    b = json.loads(p.read_text())
+    del b["summary"][field]
+    p.write_text(json.dumps(b))
+    with pytest.raises(ValueError, match=rf"{re.escape(str(p))} lacks field\(s\) {field}$"):
+        card.load_results(results_copy)
 
 
 def test_front_matter_rejects_a_path_as_base_model():
@@ -432,17 +440,18 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
     p.write_text(json.dumps(b))
     card.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
-    assert re.search(r"\| Domino \| [^|]+ \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
+    assert re.search(r"\| Domino \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
                      text)
 
 
 NEW_SUMMARY_FIELDS = ("acceptance_length_ci", "acceptance_length_per_prompt_mean",
-                      "acceptance_length_per_prompt_mean_ci", "per_position_acceptance_ci", "tps_ci", "plain_seconds",
+                      "acceptance_length_per_prompt_mean_ci", "per_position_acceptance_ci", "tps_ci",
                       "plain_tps", "plain_tps_ci", "speedup_ci", "bootstrap")
 
 
 def strip_new_fields(results):
-    """Rewrite every benchmark file as the benchmark wrote it before intervals and paired timing."""
+    """Rewrite every benchmark file as the benchmark wrote it before intervals (the summary's
+    ``plain_seconds`` stays: the card requires it)."""
     for p in (results / "benchmark").glob("*.json"):
         b = json.loads(p.read_text())
         b["summary"] = {k: v for k, v in b["summary"].items() if k not in NEW_SUMMARY_FIELDS}
@@ -472,9 +481,10 @@ def test_old_results_files_render_with_na(results_copy, tmp_path):
     assert agg["Domino"][1] == f"{s['acceptance_length']:.3f} [n/a]"
     both = {r[0]: r for r in table(text, "| Model | Accept len (pooled) | Accept len (per-prompt mean) |")}
     assert both["Domino"][2] == "n/a"
-    speed = {r[0]: r for r in table(text, "| Run | TPS | Plain TPS (same job) | Speedup | Output identical to plain "
-                                          "greedy |")}
-    assert speed["Domino"][2] == "n/a" and speed["Domino"][3] == f"{s['speedup']:.2f}× [n/a]"
+    speed = {r[0]: r for r in table(text, SPEED_HEADER)}
+    base = fixture("benchmark/baseline.json")["summary"]
+    assert speed[BASELINE_LABEL][1] == f"{base['tps']:.1f} [n/a]"  # the plain TPS, without its interval
+    assert speed["Domino"][1] == f"{s['tps']:.1f} [n/a]" and speed["Domino"][2] == f"{s['speedup']:.2f}× [n/a]"
     assert "(no interval is available)" in text and printed_intervals(text) == []
 
 
@@ -496,6 +506,23 @@ def test_domino_vs_each_dflash_row(rendered):
     assert "includes zero" not in text.split("| Comparison |")[1].split("### Speedup")[0]
     shift_vs_noshift = compare_checkpoints(files["dflash-shift"], files["dflash-noshift"], seed=0).acceptance_length
     assert shift_vs_noshift.low < 0 < shift_vs_noshift.high
+
+
+def positions_apart(bench: dict, teacher_forced: list[float]) -> list[int]:
+    """Drafted positions whose served conditional acceptance has a 95% interval (prompts resampled
+    with the file's bootstrap settings) that leaves out the teacher-forced accuracy."""
+    boot, s = bench["summary"]["bootstrap"], bench["summary"]
+    accepted = [p["accepted_per_step"] for p in bench["prompts"]]
+    out = []
+    for i in range(len(s["conditional_acceptance"])):
+        if i > 0 and s["per_position_acceptance"][i - 1] == 0:
+            continue  # undefined rate
+        reached = [sum(c >= i for c in p) for p in accepted]  # steps that drafted position i
+        passed = [sum(c >= i + 1 for c in p) for p in accepted]
+        iv = stats.ratio_of_sums(passed, reached, boot["resamples"], boot["seed"], boot["level"])
+        if not iv.low <= teacher_forced[i] <= iv.high:
+            out.append(i)
+    return out
 
 
 def test_teacher_forced_vs_served(rendered):
@@ -529,11 +556,15 @@ def test_teacher_forced_vs_served(rendered):
                                        "| Served − implied |")}
     check_num(al["Domino"][1], implied, 3)
     assert al["Domino"][3] == f"{s['acceptance_length'] - implied:+.3f} ({100 * (s['acceptance_length'] / implied - 1):+.1f}%)"
-    # the sentence: first part at position 0 (served 51.8% [47.1%, 56.8%] leaves out 46.2%), widest at position 2
-    c0, c2 = s["conditional_acceptance"][0], s["conditional_acceptance"][2]
+    # the sentence: the first position whose served interval leaves out the teacher-forced accuracy, and of
+    # those positions the one with the widest gap, from intervals bootstrapped here from the per-prompt records
+    apart = positions_apart(fixture("benchmark/domino.json"), acc)
+    first, widest = apart[0], max(apart, key=lambda i: abs(s["conditional_acceptance"][i] - acc[i]))
+    c0, cw = s["conditional_acceptance"][first], s["conditional_acceptance"][widest]
     sentence = next(line for line in text.splitlines() if line.startswith("- Domino: "))
-    assert f"first part at position 0 (served {100 * c0:.1f}% [" in sentence and f"against {100 * acc[0]:.1f}%)" in sentence
-    assert f"widest at position 2, {100 * (c2 - acc[2]):+.1f} pp" in sentence
+    assert f"first part at position {first} (served {100 * c0:.1f}% [" in sentence
+    assert f"against {100 * acc[first]:.1f}%)" in sentence
+    assert f"widest at position {widest}, {100 * (cw - acc[widest]):+.1f} pp" in sentence
     assert f"imply an acceptance length of {implied:.3f} against {s['acceptance_length']:.3f} served" in sentence
     assert f"]({plots.PLOTS['teacher_forced']})" in text
 
@@ -578,6 +609,14 @@ def test_ablation_table(ablation_card, rendered):
     assert "### Ablations" not in text and "### Speculative sampling" not in text
 
 
+def test_a_missing_card_row_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"the card needs its rows' checkpoint\(s\) dflash-noshift; "
+                                         r"got dflash-shift, domino, domino-cf0"):
+        card.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=["dflash-shift", "domino", "domino-cf0"],
+                         changes=VARIANTS)
+    assert not (tmp_path / "model_card.md").exists()
+
+
 def test_an_undescribed_variant_is_refused(tmp_path):
     with pytest.raises(ValueError, match="needs what domino-cf0 change"):
         card.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, "domino-cf0"])
@@ -602,9 +641,9 @@ def test_sampling_table(ablation_card):
 def test_new_timing_columns_are_masked_by_compare(ablation_card):
     """python -m domino.compare blanks timing columns by header words; the new ones must be among them."""
     masked = {h: bool(compare.TIMING_COLUMNS.search(h)) for h in (
-        "Plain TPS (same job)", "Speedup difference", "Speedup", "vs DFlash noshift", "Accept len difference",
+        "TPS", "Speedup difference", "Speedup", "vs DFlash noshift", "Accept len difference",
         "Accept len vs Domino", "Accept len", "Temperature", "a+1 validation accuracy")}
-    assert masked == {"Plain TPS (same job)": True, "Speedup difference": True, "Speedup": True,
+    assert masked == {"TPS": True, "Speedup difference": True, "Speedup": True,
                       "vs DFlash noshift": True, "Accept len difference": False, "Accept len vs Domino": False,
                       "Accept len": False, "Temperature": False, "a+1 validation accuracy": False}
     # every cell that holds a timing figure ("×" or a TPS) sits in a masked column

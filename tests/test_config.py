@@ -145,6 +145,10 @@ BAD = [
     ("replicate-name", lambda c, t: _set(c, "checkpoints.domino-seed2", {"projector": "domino", "shift_label": True,
                                                                           "weighting": "shifted"}),
      "checkpoints.domino-seed2"),
+    ("checkpoint-named-baseline", lambda c, t: _set(c, "checkpoints.baseline", {"projector": "dflash",
+                                                                               "shift_label": False,
+                                                                               "weighting": "classic"}),
+     "checkpoints.baseline"),
     ("replicates-per-variant", lambda c, t: _set(c, "checkpoints.domino.train", {"replicates": 2}),
      "checkpoints.domino.train.replicates"),
     ("benchmark-threads-zero", lambda c, t: _set(c, "benchmark.threads", 0), "benchmark.threads"),
@@ -212,12 +216,12 @@ def test_a_variant_may_override_drafter_and_train_keys():
 
 def test_seed_replicates_are_named_after_their_checkpoint():
     cfg = validate_config({**copy.deepcopy(DEFAULT), "train": {**DEFAULT["train"], "replicates": 3}})
-    runs = trained_runs(cfg)
+    runs = trained_runs(cfg["checkpoints"], cfg["train"]["replicates"])
     assert runs == ["dflash-shift", "dflash-noshift", "domino", "dflash-shift-seed1", "dflash-noshift-seed1",
                     "domino-seed1", "dflash-shift-seed2", "dflash-noshift-seed2", "domino-seed2"]
     assert [split_replicate(r) for r in ("domino", "domino-seed2", "dflash-noshift-seed1")] == \
         [("domino", 0), ("domino", 2), ("dflash-noshift", 1)]
-    assert trained_runs(validate_config(copy.deepcopy(DEFAULT))) == ["dflash-shift", "dflash-noshift", "domino"]
+    assert trained_runs(DEFAULT["checkpoints"], 1) == ["dflash-shift", "dflash-noshift", "domino"]
 
 
 def test_overlays_merge_key_by_key_as_snakemake_does(tmp_path):

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import domino.train as T
-from conftest import tiny_drafter, tiny_verifier
+from conftest import synthetic_features, tiny_drafter, tiny_verifier
 from domino.model import Drafter
 from domino.train import (AuxNoise, Interrupted, PackedRows, TrainConfig, build_optimizers, draw_aux_noise,
                           muon_parameter_names, slot_targets, train, valid_anchor_mask, validate)
@@ -153,13 +153,8 @@ def test_adamw_is_one_optimizer_over_every_trainable_parameter():
     assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in d.parameters() if p.requires_grad]
 
 
-def _features(n_docs=6, seed=0, aux_dim=3 * 64):
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(20, 40, (n_docs,), generator=g)
-    n = int(lengths.sum())
-    return {"input_ids": torch.randint(0, 95, (n,), generator=g), "loss_mask": torch.rand(n, generator=g) > 0.3,
-            "aux": torch.randn(n, aux_dim, generator=g), "target": torch.randint(0, 64, (n,), generator=g),
-            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])}
+def _features():
+    return synthetic_features(n_docs=6)
 
 
 CFG = TrainConfig(epochs=2, lr=3e-3, warmup_steps=1, anchors_per_row=4, pack_len=64, checkpoint_every=100,

@@ -15,7 +15,7 @@ config.clear()
 config.update(_validated)
 
 CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config order
-TRAINED = trained_runs(config)  # the checkpoints, then their seed replicates (train.replicates)
+TRAINED = trained_runs(config["checkpoints"], config["train"]["replicates"])  # the checkpoints, then their seed replicates (train.replicates)
 RUNS = ["baseline"] + TRAINED  # every results/benchmark/{run}.json
 EMBEDDED = config["verifier"]["source"] == "embedded"
 # where every later stage loads the verifier (and its tokenizer) from
@@ -54,6 +54,11 @@ def domino(name, launcher="python -m domino"):
 def parent(key, namespace="output"):
     """A directory param: the folder of the rule's file `key` (a checkpoint is a folder of files)."""
     return lambda wc, input, output: str(Path(getattr(output if namespace == "output" else input, key)).parent)
+
+
+def parents(key):
+    """A list param: the folder of each of the rule's input files `key` (one checkpoint per run)."""
+    return lambda wc, input: [str(Path(f).parent) for f in getattr(input, key)]
 
 
 def vllm_outputs(wc=None):

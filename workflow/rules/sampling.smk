@@ -12,7 +12,7 @@ def sampling_outputs(wc=None):
 rule sampling:
     input:
         VERIFIER_INPUT,
-        weights=decoded(CHECKPOINTS)["weights"],
+        weights=expand("results/train/{run}/checkpoint/model.safetensors", run=CHECKPOINTS),
     output:
         baseline="results/sampling/T{temperature}/baseline.json",
         outs=expand("results/sampling/T{{temperature}}/{run}.json", run=CHECKPOINTS),
@@ -21,8 +21,8 @@ rule sampling:
     params:
         config=stage_params("sampling"),
         verifier=VERIFIER,
-        runs=decoded(CHECKPOINTS)["runs"],
-        checkpoint_dirs=decoded(CHECKPOINTS)["checkpoint_dirs"],
+        runs=CHECKPOINTS,
+        checkpoint_dirs=parents("weights"),
     log:
         "logs/sampling/T{temperature}.log",
     benchmark:
