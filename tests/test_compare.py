@@ -1,10 +1,10 @@
-"""domino.compare: two runs, timing aside; only the differing paths are counted and named."""
+"""domino.tools.compare: two runs, timing aside; only the differing paths are counted and named."""
 
 import json
 
 import pytest
 
-from domino import compare
+from domino.tools import compare
 
 CARD = """| Stage | Wall time (s) |
 |-------|---------------|

@@ -59,7 +59,7 @@ def test_the_docs_show_commands():
 
 def _stand_ins(repo: Path) -> None:
     """What the documented commands expect to exist before they run (made small here)."""
-    from domino.random_verifier import write_random_verifier
+    from domino.tools.random_verifier import write_random_verifier
 
     (repo / "small.yaml").write_text("data: {samples: 500}\nbenchmark: {max_prompts: 32}\n")  # docs/card-scale.md
     # Qwen3-0.6B's depth and vocabulary (the card's aux layers and mask id), narrow elsewhere

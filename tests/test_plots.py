@@ -1,22 +1,22 @@
-"""domino.plots: the interval, the step counts behind conditional rates, fitted axes, one lambda line."""
+"""domino.card.plots: the interval, the step counts behind conditional rates, fitted axes, one lambda line."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from domino import card, plots
+from domino.card import plots, render
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
 
 @pytest.fixture(scope="module")
 def res():
-    return card.load_results(FIXTURE)
+    return render.load_results(FIXTURE)
 
 
 def rows(res):
-    return [card._checkpoint_row(res, c) for c in res["validate"]]
+    return [render._checkpoint_row(res, c) for c in res["validate"]]
 
 
 def test_wilson_interval_hand_computed():

@@ -1,4 +1,4 @@
-"""domino.report: the report stage end to end on the fixtures, per scale; provenance; stage times."""
+"""domino.card.report: the report stage end to end on the fixtures, per scale; provenance; stage times."""
 
 import re
 import shutil
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import load_config_files as load, random_verifier_dir
 
-from domino import card, io, report
+from domino import io
+from domino.card import render, report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 # an absolute path: a slash at the start of a word, not inside a URL or a relative path
@@ -40,7 +41,7 @@ def test_front_matter_valid_per_scale_and_no_local_path(tmp_path, results, scale
     out = tmp_path / "reports"
     report.build_report(cfg, results, out, bench_dir=None, log=lambda _: None, repo=tmp_path)
     text, repro = (out / "model_card.md").read_text(), (out / "reproduction.md").read_text()
-    data = card.check_front_matter(text)
+    data = render.check_front_matter(text)
     assert data.base_model == base_model and data.datasets == datasets
     for doc in (text, repro):
         assert str(tmp_path) not in doc and sys.executable not in doc and sys.prefix not in doc

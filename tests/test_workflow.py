@@ -197,7 +197,7 @@ def test_a_run_with_other_overlays_is_refused_in_this_directory(micro_run):
 def test_two_runs_are_identical_timing_aside(micro_run, tmp_path):
     """A second micro run from a fresh copy gives the same results files and card tables, timing
     aside, although it also built the exports (their timing files must not reach the card)."""
-    from domino.compare import compare_runs
+    from domino.tools.compare import compare_runs
 
     again = copy_repo(tmp_path)
     # the second run builds the exports before its report, the first after it: the card must

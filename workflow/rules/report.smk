@@ -1,4 +1,4 @@
-from domino.plots import PLOTS  # the plots' file names: the card links to them
+from domino.card.plots import PLOTS  # the plots' file names: the card links to them
 
 
 rule report:

@@ -18,11 +18,11 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from . import io
-from .card_tables import (PROMPT_KEYS, Estimate, compare, conditional_estimates, estimate, position_estimates,
+from .. import io
+from .tables import (PROMPT_KEYS, Estimate, compare, conditional_estimates, estimate, position_estimates,
                           replicate_summary, tail_estimate, teacher_forced_vs_served)
-from .config import split_replicate, trained_runs
-from .io import read_json, write_text
+from ..config import split_replicate, trained_runs
+from ..io import read_json, write_text
 from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
 from .published import FIGURES as SEED_CARD
@@ -521,7 +521,7 @@ def _reproduction_rows(ctx: dict) -> dict:
 
 class CardPaths(NamedTuple):
     """Where the report writes: the card and the reproduction report; the plots go beside the
-    card under the names in ``domino.plots.PLOTS``, which the card links to."""
+    card under the names in ``domino.card.plots.PLOTS``, which the card links to."""
 
     card: Path
     reproduction: Path

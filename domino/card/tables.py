@@ -24,9 +24,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .bench import compare_checkpoints
-from .config import split_replicate, trained_runs
-from .stats import implied_acceptance_length, ratio_of_sums
+from ..bench import compare_checkpoints
+from ..config import split_replicate, trained_runs
+from ..stats import implied_acceptance_length, ratio_of_sums
 
 
 class Estimate(NamedTuple):

@@ -11,12 +11,12 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from .card import CardPaths, render_card, sampling_dir
-from .common import hardware
-from .config import config_sha256, trained_runs, vllm_runs
-from .io import read_json
+from .render import CardPaths, render_card, sampling_dir
+from ..common import hardware
+from ..config import config_sha256, trained_runs, vllm_runs
+from ..io import read_json
 from .scale import public_name, run_settings, scale_statement, verifier_kind
-from .train import aux_noise
+from ..train import aux_noise
 
 PACKAGES = ("domino-repro", "torch", "transformers", "tokenizers", "safetensors", "snakemake",
             "huggingface_hub", "jinja2", "matplotlib")

@@ -1,4 +1,4 @@
-"""Training-step memory and time at the card's shapes: ``python -m domino.bench_memory``.
+"""Training-step memory and time at the card's shapes: ``python -m domino.tools.bench_memory``.
 
 Builds the card's drafter (``domino.shapes.CARD_DRAFTER`` over Qwen3-0.6B's shape: hidden 1024,
 16 heads of 128, vocabulary 151,936; 3 draft layers, block 8, aux layers [1, 13, 25], draft
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import DTYPES
-from .model import Drafter
-from .shapes import card_drafter_config
-from .train import TrainConfig, train
-from .vocab import mappings
+from ..common import DTYPES
+from ..model import Drafter
+from ..shapes import card_drafter_config
+from ..train import TrainConfig, train
+from ..vocab import mappings
 
 
 @dataclass
@@ -95,7 +95,7 @@ def measure(device: str, attn: str, projector: str, autocast: str | None, pack_l
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m domino.bench_memory", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m domino.tools.bench_memory", description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
     ap.add_argument("--projector", choices=["domino", "dflash"], default="domino")

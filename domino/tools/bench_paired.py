@@ -1,4 +1,4 @@
-"""Robustness of the paired speedup under load: ``python -m domino.bench_paired``.
+"""Robustness of the paired speedup under load: ``python -m domino.tools.bench_paired``.
 
 Runs the benchmark stage (``domino.bench.run_benchmark``, greedy) twice on a finished run's
 verifier and checkpoints: once quiet, once beside a CPU-bound process (a busy loop pinned to
@@ -7,8 +7,8 @@ runs and whether the intervals overlap, beside the unpaired figure (speculative 
 over plain TPS of the quiet run). The results files go to a temporary folder; nothing is kept
 unless ``--json``.
 
-    python -m domino.bench_paired                     # the default run, from the checkout
-    python -m domino.bench_paired --max-prompts 40    # a shorter check
+    python -m domino.tools.bench_paired                     # the default run, from the checkout
+    python -m domino.tools.bench_paired --max-prompts 40    # a shorter check
 
 A measurement script, not a test: its figures depend on the machine.
 """
@@ -24,9 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .bench import PLAIN, run_benchmark
-from .config import load_config, trained_runs
-from .io import write_json
+from ..bench import PLAIN, run_benchmark
+from ..config import load_config, trained_runs
+from ..io import write_json
 
 
 @contextlib.contextmanager
@@ -78,14 +78,14 @@ def compare(run: str, quiet: dict, loaded: dict) -> dict:
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(prog="python -m domino.bench_paired", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m domino.tools.bench_paired", description=__doc__.split("\n")[0])
     ap.add_argument("--directory", default=".", help="the finished run's directory (snakemake --directory)")
     ap.add_argument("--configfile", nargs="+", default=[], help="the run's overlays, as given to snakemake")
     ap.add_argument("--max-prompts", type=int, default=None, help="default: the config's benchmark.max_prompts")
     ap.add_argument("--core", type=int, default=0, help="the core the competing process is pinned to")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     a = ap.parse_args(argv)
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     cfg = load_config([root / "config.yaml", *a.configfile])
     if a.max_prompts is not None:
         cfg["benchmark"]["max_prompts"] = a.max_prompts

@@ -1,4 +1,4 @@
-"""A hub-free stand-in for Qwen/Qwen3-0.6B: ``python -m domino.random_verifier OUT_DIR``.
+"""A hub-free stand-in for Qwen/Qwen3-0.6B: ``python -m domino.tools.random_verifier OUT_DIR``.
 
 Writes a ``save_pretrained`` directory with Qwen3-0.6B's architecture (28 layers, hidden 1024,
 16 heads of 128, 8 KV heads, vocabulary 151,936, tied embeddings, rope_theta 1e6) and random
@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, Qwen3ForCausalLM
 
-from .common import DTYPES
-from .io import atomic_dir, write_json
-from .scale import RANDOM_WEIGHTS_MARKER
-from .shapes import qwen3_config
-from .verifier import QWEN3_CHAT_TEMPLATE
+from ..common import DTYPES
+from ..io import atomic_dir, write_json
+from ..card.scale import RANDOM_WEIGHTS_MARKER
+from ..shapes import qwen3_config
+from ..verifier import QWEN3_CHAT_TEMPLATE
 
 
 def qwen3_tokenizer_files() -> Path:
@@ -51,13 +51,13 @@ def write_random_verifier(out_dir: str | Path, seed: int = 0, dtype: str = "bflo
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        # what tells a card that these weights are random (domino.scale.verifier_kind)
+        # what tells a card that these weights are random (domino.card.scale.verifier_kind)
         write_json(tmp / RANDOM_WEIGHTS_MARKER, {"seed": seed, "dtype": dtype, "shape": shape})
     return out_dir
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m domino.random_verifier", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m domino.tools.random_verifier", description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")

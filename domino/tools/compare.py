@@ -1,4 +1,4 @@
-"""Compare two runs, timing aside: ``python -m domino.compare RUN_A RUN_B``.
+"""Compare two runs, timing aside: ``python -m domino.tools.compare RUN_A RUN_B``.
 
 RUN_A and RUN_B are workflow directories (each with ``results/`` and ``reports/``). Every file
 under ``results/`` must be byte-identical, except that JSON files are compared with their
@@ -81,7 +81,7 @@ def _compare(a: Path, b: Path) -> RunComparison:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m domino.compare", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m domino.tools.compare", description=__doc__.split("\n")[0])
     p.add_argument("run_a", help="a workflow run directory (with results/ and reports/)")
     p.add_argument("run_b", help="another one")
     a = p.parse_args(argv)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .io import atomic_path
+from ..io import atomic_path
 
 PLOTS = {
     "acceptance": "acceptance_per_position.png",

@@ -1,4 +1,4 @@
-"""Decoding-loop benchmark: ``python -m domino.bench_decode [--verifier DIR] [--checkpoint DIR]``.
+"""Decoding-loop benchmark: ``python -m domino.tools.bench_decode [--verifier DIR] [--checkpoint DIR]``.
 
 Prints, for one verifier on this machine: plain greedy TPS, speculative TPS, acceptance
 length, speedup, and the share of step time spent outside the verifier and drafter forwards
@@ -27,14 +27,14 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache, Qwen3ForCausalLM
 
-from .bench import divergence
-from .common import DTYPES
-from .decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, greedy_decode, speculative_decode
-from .metrics import acceptance_summary
-from .model import Drafter, DrafterConfig
-from .shapes import CARD_DRAFTER, card_drafter_config, qwen3_config
-from .verifier import load_verifier
-from .vocab import mappings
+from ..bench import divergence
+from ..common import DTYPES
+from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, greedy_decode, speculative_decode
+from ..metrics import acceptance_summary
+from ..model import Drafter, DrafterConfig
+from ..shapes import CARD_DRAFTER, card_drafter_config, qwen3_config
+from ..verifier import load_verifier
+from ..vocab import mappings
 
 
 def _random_verifier(seed: int):
@@ -90,7 +90,7 @@ class Runs:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m domino.bench_decode", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m domino.tools.bench_decode", description=__doc__.split("\n")[0])
     ap.add_argument("--verifier", help="a save_pretrained Qwen3 directory (default: random)")
     ap.add_argument("--checkpoint", help="a trained drafter checkpoint directory (default: random Domino)")
     ap.add_argument("--prompts", type=int, default=12)
