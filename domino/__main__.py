@@ -5,8 +5,10 @@ config keys the stage declares in ``domino/stages.py`` and their values, as the 
 passes them; ``@file.json`` reads it from a file), its paths by name, and ``--log`` (the
 stage's messages also go to that file). ``python -m domino <stage> --help`` lists a stage's paths.
 
-Logging: every module that reports progress has ``logger = logging.getLogger(__name__)``; this
-entry point alone puts handlers on it (``log_to``). Progress bars write to the terminal only.
+Logging: a module that reports progress has ``logger = logging.getLogger(__name__)`` and adds no
+handler; this entry point alone adds them, for the run of one stage (``log_to``): the
+``domino.*`` loggers from INFO up go to stderr and to the ``--log`` file. Progress bars (tqdm)
+write to the terminal only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from .stages import STAGES, UndeclaredKey, run_stage
 
-logger = logging.getLogger("domino")
+logger = logging.getLogger("domino")  # the package's logger: this module runs as __main__
 
 ROLE_HELP = {"input": "input path", "output": "output path (written atomically)",
              "param": "computed by the rule (a path, or the run names)", "wildcard": "the job's wildcard value"}
