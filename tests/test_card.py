@@ -18,8 +18,8 @@ from domino.stats import implied_acceptance_length
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
-# Header rows of the seed card's tables (../shared/seed/Qwen3-0.6B-Domino-b8.md), kept here
-# because CI may not have ../shared.
+# Header rows of the published card's tables (the figures of domino/card/published.py come from
+# the same card), which the rendered card repeats.
 SEED_HEADERS = [
     "| Parameter | Value |",
     "| Checkpoint | Projector | Shift | First trained prediction |",

@@ -1,4 +1,4 @@
-"""Issue 5, bad config: every bad value is refused before any job runs, in one line naming the
+"""Bad config: every bad value is refused before any job runs, in one line naming the
 key and what is allowed. ``validate_config`` directly, and three through the real Snakemake CLI."""
 
 import copy

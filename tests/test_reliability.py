@@ -1,4 +1,4 @@
-"""Issue 5, reliability: resumed training ends where an uninterrupted run ends (after
+"""Reliability: resumed training ends where an uninterrupted run ends (after
 ``max_steps``, SIGTERM and SIGKILL), extraction resumes at the first missing shard, corrupted
 shards are refused by name, and interrupted writers leave nothing that looks done."""
 

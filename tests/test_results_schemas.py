@@ -19,7 +19,8 @@ def test_docs_show_every_schema_field_and_no_other():
     shown = dict(MARKED.findall(doc))
     assert sorted(shown) == sorted(results.schemas()), "docs/results.md needs one field table per results file"
     for kind, table in shown.items():
-        assert table == results.field_table(kind), f"docs/results.md's {kind} table: python -m domino.card.results {kind}"
+        assert table == results.field_table(kind), f"regenerate docs/results.md's {kind} table: " \
+                                                   f"python -m domino.card.results {kind}"
 
 
 def test_every_field_says_what_it_is():

@@ -41,7 +41,8 @@ def check(obj, kind: str, path: Path | str):
     """``obj`` if it is a valid ``kind`` file, else ValueError naming ``path`` and the first bad field."""
     if not isinstance(obj, dict):
         raise ValueError(f"results file {path}: expected a JSON object, got {type(obj).__name__}")
-    errors = sorted(_validator(kind).iter_errors(obj), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(_validator(kind).iter_errors(obj),
+                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if not errors:
         return obj
     err = errors[0]
@@ -142,10 +143,10 @@ def _type(prop: dict, defs: dict) -> str:
         return _type(defs[prop["$ref"].rsplit("/", 1)[-1]], defs)
     t = prop.get("type", "")
     t = " or ".join(t) if isinstance(t, list) else t
+    if t == "array" and prop.get("minItems") == 2 == prop.get("maxItems"):
+        return "[low, high]"
     if t == "array" and "items" in prop and "properties" not in prop["items"]:
-        inner = _type(prop["items"], defs)
-        return "[low, high]" if "minItems" in prop and prop.get("minItems") == 2 == prop.get("maxItems") \
-            else f"array of {inner}"
+        return f"array of {_type(prop['items'], defs)}"
     return t
 
 
@@ -159,7 +160,8 @@ def field_rows(kind: str) -> list[tuple[str, str, bool, str]]:
     def walk(node: dict, prefix: str, required: set) -> None:
         for name, prop in node.get("properties", {}).items():
             path = f"{prefix}{name}"
-            desc = prop.get("description") or defs.get(prop.get("$ref", "").rsplit("/", 1)[-1], {}).get("description", "")
+            ref = defs.get(prop.get("$ref", "").rsplit("/", 1)[-1], {})
+            desc = prop.get("description") or ref.get("description", "")
             rows.append((path, _type(prop, defs), name in required, desc))
             if "properties" in prop:
                 walk(prop, path + ".", set(prop.get("required", ())))

@@ -75,8 +75,8 @@ def measure(device: str, attn: str, projector: str, autocast: str | None, pack_l
     feats = _features(pack_len * (steps + 1), len(cfg.aux_layer_ids), cfg.hidden_size, cfg.target_vocab_size,
                       cfg.draft_vocab_size, docs=4 * (steps + 1), seed=seed)
     tc = TrainConfig.schema_defaults(epochs=1, anchors_per_row=anchors, pack_len=pack_len, warmup_steps=1,
-                                     checkpoint_every=10**9, weighting="shifted" if projector == "domino" else "classic",
-                                     seed=seed)
+                                     checkpoint_every=10**9, seed=seed,
+                                     weighting="shifted" if projector == "domino" else "classic")
     dtype = DTYPES[autocast] if autocast else None
     cuda = device.startswith("cuda")
     if cuda:
