@@ -124,7 +124,7 @@ def card_run(tmp_path_factory):
         r["draft_ids"], r["d2t"], r["t2d"] = draft_ids, d2t, t2d
 
         index = features.extract(verifier, train_rows, AUX_IDS, draft_ids, tmp / "features" / "index.json", batch_size=4,
-                                 shard_samples=5, dtype="bfloat16")
+                                 shard_samples=5, dtype="bfloat16", log=lambda *_: None)
         r["index"] = index
         feats = features.load_features(tmp / "features" / "index.json")
         r["feats"] = feats

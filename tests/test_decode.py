@@ -108,7 +108,7 @@ def trained_drafters(verifier, tmp_path_factory):
         d = tiny_drafter(verifier, projector=projector, shift_label=shift)
         tmp = tmp_path_factory.mktemp(f"{projector}-{shift}")
         target_ids = d.draft_to_target(torch.arange(d.cfg.draft_vocab_size))
-        extract(verifier, rows, d.cfg.aux_layer_ids, target_ids, tmp / "feat" / "index.json", 8, 100, "float32")
+        extract(verifier, rows, d.cfg.aux_layer_ids, target_ids, tmp / "feat" / "index.json", 8, 100, "float32", log=lambda m: None)
         feats = load_features(tmp / "feat" / "index.json")
         feats["aux"] = feats["aux"].double()
         cfg = TrainConfig.schema_defaults(epochs=12, lr=3e-3, warmup_steps=2, anchors_per_row=16, pack_len=256,

@@ -240,7 +240,7 @@ def _assert_same_features(a, b):
 
 def test_extraction_resumes_at_the_first_missing_shard(extraction, tmp_path):
     out = tmp_path / "feat"
-    first = _extract(extraction, out)
+    first = _extract(extraction, out, log=lambda m: None)
     assert _shards(out) == [f"shard-{i:05d}.safetensors" for i in range(4)]  # 3 + 3 + 3 + 1
     ref = load_features(out / "index.json")
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
@@ -262,7 +262,7 @@ def test_extraction_killed_midway_leaves_no_index_and_resumes(extraction, tmp_pa
     import domino.features as F
 
     out = tmp_path / "feat"
-    ref_index = _extract(extraction, tmp_path / "ref")
+    ref_index = _extract(extraction, tmp_path / "ref", log=lambda m: None)
     orig, calls = F._extract_part, []
 
     def dies_on_third(*a, **k):
@@ -273,7 +273,7 @@ def test_extraction_killed_midway_leaves_no_index_and_resumes(extraction, tmp_pa
 
     monkeypatch.setattr(F, "_extract_part", dies_on_third)
     with pytest.raises(KeyboardInterrupt, match="killed"):
-        _extract(extraction, out)
+        _extract(extraction, out, log=lambda m: None)
     assert not (out / "index.json").exists()  # what Snakemake and load_features take as done
     assert _shards(out) == ["shard-00000.safetensors", "shard-00001.safetensors"]
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp-")]
@@ -292,7 +292,7 @@ def test_extraction_killed_midway_leaves_no_index_and_resumes(extraction, tmp_pa
 
 def test_shards_from_other_inputs_are_not_reused(extraction, tmp_path):
     out = tmp_path / "feat"
-    _extract(extraction, out)
+    _extract(extraction, out, log=lambda m: None)
     (out / "index.json").unlink()
     rows = [dict(r) for r in extraction["rows"]]
     rows[4] = dict(rows[4], input_ids=list(reversed(rows[4]["input_ids"])))  # in shard 1
@@ -301,7 +301,7 @@ def test_shards_from_other_inputs_are_not_reused(extraction, tmp_path):
     skipped = [m.split(":")[0] for m in logs if m.endswith("skipped")]
     assert skipped == ["shard-00000.safetensors", "shard-00002.safetensors", "shard-00003.safetensors"], logs
     fresh = tmp_path / "fresh"
-    _extract(extraction, fresh, rows=rows)
+    _extract(extraction, fresh, log=lambda m: None, rows=rows)
     _assert_same_features(load_features(out / "index.json"), load_features(fresh / "index.json"))
 
     logs = []
@@ -312,7 +312,7 @@ def test_shards_from_other_inputs_are_not_reused(extraction, tmp_path):
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
 def test_damaged_shard_is_refused_by_name(extraction, tmp_path, damage):
     out = tmp_path / "feat"
-    _extract(extraction, out)
+    _extract(extraction, out, log=lambda m: None)
     shard = out / "shard-00002.safetensors"
     data = bytearray(shard.read_bytes())
     if damage == "flip":
@@ -364,7 +364,7 @@ def test_corrupted_shard_stops_the_stage_with_its_name(setup, extraction, tmp_pa
     from domino.__main__ import main
 
     out = tmp_path / "feat"
-    _extract(extraction, out)
+    _extract(extraction, out, log=lambda m: None)
     capsys.readouterr()  # the extraction's progress bar
     shard = out / "shard-00001.safetensors"
     data = bytearray(shard.read_bytes())
