@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -93,6 +94,23 @@ def _message(err) -> str:
 
 def load_schema(path: str | Path = SCHEMA) -> dict:
     return yaml.safe_load(Path(path).read_text())
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_schema() -> dict:
+    return load_schema()
+
+
+def section_defaults(section: str) -> dict:
+    """The schema's default of every key of ``section`` that has one (``"train"``, ``"drafter"``,
+    a dotted path such as ``"verifier.embedded"``): what a config that leaves them out is given.
+
+    The schema is the one owner of these values; tests and tools that build a ``TrainConfig`` or
+    a ``DrafterConfig`` without a config file start from here."""
+    node = _shipped_schema()
+    for part in section.split("."):
+        node = node["properties"][part]
+    return {k: copy.deepcopy(v["default"]) for k, v in node["properties"].items() if "default" in v}
 
 
 def validate_config(config: dict, schema: dict | None = None) -> dict:
@@ -230,9 +248,6 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]
-    if t["noise_std"] > 0 and t["noise"] != "none":
-        raise ConfigError(f"train.noise_std: {t['noise_std']} and train.noise {t['noise']!r} both set the noise "
-                          "(allowed: noise and noise_scale; noise_std is the old spelling of noise gaussian)")
     if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
         raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")

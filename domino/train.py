@@ -1,28 +1,14 @@
 """Training and validation of a drafter on extracted features.
 
-Everything random is derived from ``(seed, epoch)`` or ``(seed, step, row)``: the row order of
-each epoch, the anchors of each row and its aux-state noise. A resumed run therefore only needs
-the weights, the optimizer state and the step to continue exactly where it stopped; the
-learning rate and lambda are functions of the step. Because randomness is per row, data-parallel
-ranks that split a step's rows draw exactly what a single process would.
+The rows, anchors, noise and random streams a step draws come from ``domino.batches``; the
+optimizers from ``domino.optim``. Everything random is keyed by ``(seed, epoch)`` or
+``(seed, step, row)``, so a resumed run only needs the weights, the optimizer state and the step
+to continue exactly where it stopped; the learning rate and lambda are functions of the step.
 
 Data parallelism (``torchrun``, gloo on CPU, nccl on CUDA): each rank takes every
 ``world``-th row of the step's global batch, the supervised-slot count is summed over ranks
 before the loss is normalised, and gradients are summed, so the update equals the
-single-process update on the same global batch. Rank 0 alone writes files.
-
-Anchors (PR 685 style): up to ``anchors_per_row`` distinct positions per packed row, drawn
-without replacement among the valid ones: at least one context token of the same document
-before the anchor, the whole block and its shifted target (``a .. a+B``) inside the same
-document, and an assistant token at ``a+1``. The same rule serves all three checkpoints so
-that their budgets are identical.
-
-Optimizers (``TrainConfig.optimizer``): ``adamw`` updates every trainable parameter with one
-AdamW. ``muon`` follows speculators PR 685: ``torch.optim.Muon`` on the 2-D weight matrices
-(``muon_parameter_names``: every trainable 2-D weight except the embedding and the lm_head, so
-``fc``, the attention and MLP projections, and the Domino head's GRU and bottleneck matrices)
-at ``muon_lr_scale`` times the scheduled learning rate, and AdamW (``weight_decay``) on the rest
-(the RMSNorm weights; the embedding and lm_head are frozen here and get no update at all).
+single-process update on the same global batch. Rank 0 alone writes files and logs.
 """
 
 from __future__ import annotations
@@ -30,229 +16,80 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import math
 import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .data import pack
+from .batches import (AuxNoise, PackedRows, SeedStream, aux_noise, keyed_generator, sample_anchors, slot_targets,
+                      valid_anchor_mask)
 from .io import atomic_path, write_json, write_jsonl
 from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce_terms
+from .optim import Optimizers, build_optimizers
 
-OPTIMIZERS = ("adamw", "muon")
-NOISE_KINDS = ("none", "uniform", "gaussian")
-MUON_ADJUST_LR = ("original", "match_rms_adamw")
+logger = logging.getLogger(__name__)
 
-
-class AuxNoise(NamedTuple):
-    """Noise added to the auxiliary states of training rows: ``uniform`` draws from
-    ``[-scale, scale)``, ``gaussian`` from ``N(0, scale^2)``; ``none`` (or scale 0) adds nothing."""
-
-    kind: str = "none"
-    scale: float = 0.0
-
-    @property
-    def active(self) -> bool:
-        return self.kind != "none" and self.scale > 0
+# keys of the config's train: section that the stage reads, not one run's training settings
+STAGE_KEYS = ("autocast", "nproc_per_node", "replicates")
 
 
 @dataclass
 class TrainConfig:
-    """Every training setting; the field names are the keys of the config's ``train:`` section."""
+    """Every training setting of one run. The field names are the keys of the config's ``train:``
+    section, whose schema (``config.schema.yaml``) holds their defaults and allowed values;
+    ``seed`` is the config's seed (+ r for seed replicate r), ``weighting`` the checkpoint's."""
 
-    epochs: int = 2
-    lr: float = 6e-4
-    warmup_steps: int = 50
-    gamma: float = 7.0
-    lambda0: float = 1.0
-    lambda_ratio: float = 0.5
-    anchors_per_row: int = 256
-    pack_len: int = 4096
-    rows_per_step: int = 1
-    noise: str = "none"  # "none" | "uniform" | "gaussian" (see AuxNoise)
-    noise_scale: float = 0.05  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
-    noise_std: float = 0.0  # the old spelling of noise "gaussian" with noise_scale noise_std; 0 = unset
-    optimizer: str = "adamw"  # "adamw" | "muon" (see the module docstring)
-    weight_decay: float = 0.0  # AdamW's, on the parameters AdamW updates
-    betas: tuple = (0.9, 0.999)  # AdamW's
-    muon_lr_scale: float = 10.0  # Muon's learning rate = this x the scheduled (AdamW) learning rate
-    muon_momentum: float = 0.95
-    muon_weight_decay: float = 0.1
-    muon_ns_steps: int = 5  # Newton-Schulz iterations
-    muon_adjust_lr_fn: str = "match_rms_adamw"  # "original" | "match_rms_adamw" (torch.optim.Muon)
-    grad_clip: float = 1.0
-    checkpoint_every: int = 100
-    seed: int = 0
-    weighting: str = "shifted"  # "classic" (DFlash, w_0 = 0) | "shifted" (Domino, w_0 = 1)
-
-    def __post_init__(self):
-        for key, value, allowed in (("optimizer", self.optimizer, OPTIMIZERS), ("noise", self.noise, NOISE_KINDS),
-                                    ("muon_adjust_lr_fn", self.muon_adjust_lr_fn, MUON_ADJUST_LR)):
-            if value not in allowed:
-                raise ValueError(f"train.{key}: {value!r} is not allowed (allowed: {', '.join(allowed)})")
-        if self.noise_scale < 0 or self.noise_std < 0:
-            raise ValueError("train.noise_scale and train.noise_std must be >= 0")
-        if self.noise_std > 0 and self.noise != "none":
-            raise ValueError(f"train.noise_std {self.noise_std} and train.noise {self.noise!r} both set noise "
-                             "(allowed: noise and noise_scale only; noise_std is the old spelling of noise gaussian)")
+    epochs: int
+    lr: float
+    warmup_steps: int
+    gamma: float
+    lambda0: float
+    lambda_ratio: float
+    anchors_per_row: int
+    pack_len: int
+    rows_per_step: int
+    noise: str  # see domino.batches.AuxNoise
+    noise_scale: float  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
+    optimizer: str  # see domino.optim
+    weight_decay: float  # AdamW's, on the parameters AdamW updates
+    betas: tuple  # AdamW's
+    muon_lr_scale: float  # Muon's learning rate = this x the scheduled (AdamW) learning rate
+    muon_momentum: float
+    muon_weight_decay: float
+    muon_ns_steps: int  # Newton-Schulz iterations
+    muon_adjust_lr_fn: str  # torch.optim.Muon's adjust_lr_fn
+    grad_clip: float
+    checkpoint_every: int
+    seed: int
+    weighting: str  # "classic" (DFlash, w_0 = 0) | "shifted" (Domino, w_0 = 1)
 
     @property
     def aux_noise(self) -> AuxNoise:
-        return aux_noise(self.noise, self.noise_scale, self.noise_std)
+        return aux_noise(self.noise, self.noise_scale)
 
+    @classmethod
+    def from_section(cls, section: dict, *, seed: int, weighting: str) -> "TrainConfig":
+        """From a validated ``train:`` section (every key present, defaults filled in); the stage's
+        own keys (``STAGE_KEYS``) are left out, any other unknown key is refused."""
+        kept = {k: v for k, v in section.items() if k not in STAGE_KEYS}
+        return cls(**{**kept, "betas": tuple(kept["betas"]), "seed": seed, "weighting": weighting})
 
-def aux_noise(noise: str, noise_scale: float, noise_std: float = 0.0) -> AuxNoise:
-    """The noise of training rows from ``train.noise`` / ``noise_scale``; the old spelling
-    ``noise_std`` > 0 reads as Gaussian with that std."""
-    if noise_std > 0:
-        return AuxNoise("gaussian", noise_std)
-    return AuxNoise(noise, noise_scale if noise != "none" else 0.0)
+    @classmethod
+    def schema_defaults(cls, *, seed: int = 0, weighting: str = "shifted", **overrides) -> "TrainConfig":
+        """The config schema's defaults with ``overrides``: a ``TrainConfig`` for tests and tools."""
+        from .config import section_defaults
 
-
-# -----------------------------------------------------------------------------
-# batches
-
-
-def draw_aux_noise(shape, noise: AuxNoise, generator: torch.Generator) -> torch.Tensor:
-    """float32 noise of ``shape`` drawn from ``generator`` (see ``AuxNoise``); scaled in place,
-    so a card-sized row allocates one tensor, not three."""
-    if noise.kind == "gaussian":
-        return torch.randn(shape, generator=generator).mul_(noise.scale)
-    if noise.kind == "uniform":
-        return torch.rand(shape, generator=generator).mul_(2).sub_(1).mul_(noise.scale)
-    raise ValueError(f"no noise to draw for kind {noise.kind!r}")
-
-
-class PackedRows:
-    """Feature tensors packed into rows of ``pack_len`` tokens with document ids."""
-
-    def __init__(self, feats: dict, pack_len: int):
-        self.f = feats
-        offs = feats["offsets"].tolist()
-        self.spans = [(offs[i], offs[i + 1]) for i in range(len(offs) - 1)]
-        self.packs = pack([e - s for s, e in self.spans], pack_len)
-        self.pack_len = pack_len
-
-    def __len__(self):
-        return len(self.packs)
-
-    def batch(self, rows: list[int], noise: AuxNoise = AuxNoise(), noise_seed: tuple = ()) -> dict:
-        """Rows ``rows`` as (R, T) tensors; ``row_ids`` keeps their indices for per-row randomness.
-
-        The noise of row ``p`` comes from the generator of ``(*noise_seed, p)``; it covers the
-        whole row, padding included."""
-        T, f = self.pack_len, self.f
-        R = len(rows)
-        A = f["aux"].shape[1]
-        out = {
-            "input_ids": torch.zeros(R, T, dtype=torch.long),
-            "position_ids": torch.zeros(R, T, dtype=torch.long),
-            "doc_ids": torch.full((R, T), -1, dtype=torch.long),
-            "loss_mask": torch.zeros(R, T, dtype=torch.bool),
-            "target": torch.zeros(R, T, dtype=torch.long),
-            # stored dtype (bf16 at card scale) unless noise is added: half the bytes to the device
-            "aux": torch.zeros(R, T, A, dtype=torch.float32 if noise.active else f["aux"].dtype),
-        }
-        for r, p in enumerate(rows):
-            cur = 0
-            for d, si in enumerate(self.packs[p]):
-                s, e = self.spans[si]
-                n = min(e - s, T - cur)
-                sl = slice(cur, cur + n)
-                out["input_ids"][r, sl] = f["input_ids"][s:s + n]
-                out["position_ids"][r, sl] = torch.arange(n)
-                out["doc_ids"][r, sl] = d
-                out["loss_mask"][r, sl] = f["loss_mask"][s:s + n]
-                out["target"][r, sl] = f["target"][s:s + n]
-                out["aux"][r, sl] = f["aux"][s:s + n]
-                cur += n
-            if noise.active:
-                out["aux"][r] += draw_aux_noise(out["aux"][r].shape, noise, _generator(*noise_seed, p))
-        out["row_ids"] = list(rows)
-        return out
-
-
-def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
-    """(R, T) bool: positions ``a`` that can serve as anchors.
-
-    ``a`` is valid when ``1 <= a <= T-B-1`` (a context token before it; ``a+B``, the last
-    shifted target, inside the row), ``a-1`` and ``a+B`` lie in ``a``'s document (so the
-    whole span ``a-1 .. a+B`` does: documents are contiguous), ``a`` is not padding (doc id -1)
-    and ``a+1`` is a loss-mask (assistant) token."""
-    R, T = doc_ids.shape
-    B = block_size
-    ok = torch.zeros(R, T, dtype=torch.bool)
-    if T <= B + 1:
-        return ok
-    a = slice(1, T - B)
-    ok[:, a] = (
-        (doc_ids[:, 1:T - B] >= 0)
-        & (doc_ids[:, 0:T - B - 1] == doc_ids[:, 1:T - B])
-        & (doc_ids[:, 1 + B:T] == doc_ids[:, 1:T - B])
-        & loss_mask[:, 2:T - B + 1]
-    )
-    return ok
-
-
-def sample_anchors(valid: torch.Tensor, n: int, generators) -> tuple[torch.Tensor, torch.Tensor]:
-    """Up to n distinct valid anchors per row (one generator per row), ascending.
-
-    Rows with fewer valid positions are padded with an invalid copy of their first anchor."""
-    R, T = valid.shape
-    anchors = torch.zeros(R, n, dtype=torch.long)
-    ok = torch.zeros(R, n, dtype=torch.bool)
-    for r in range(R):
-        cand = valid[r].nonzero().flatten()
-        if len(cand) == 0:
-            continue
-        pick = cand[torch.randperm(len(cand), generator=generators[r])[:n]].sort().values
-        anchors[r, : len(pick)] = pick
-        ok[r, : len(pick)] = True
-        anchors[r, len(pick):] = pick[0]
-    return anchors, ok
-
-
-def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_size: int, shift_label: bool):
-    """Targets (R, N, B) draft ids and their mask: slot k predicts position t = a + k + shift,
-    whose target is the verifier's greedy draft-vocab token stored at t - 1; the mask is the
-    loss mask at t (the predicted token is an assistant token) and the anchor's validity."""
-    T = batch["target"].shape[1]
-    t = anchors[..., None] + torch.arange(block_size) + int(shift_label)  # (R, N, B)
-    t = t.clamp(max=T - 1)
-    tgt = batch["target"].gather(1, (t - 1).flatten(1)).view(t.shape)
-    mask = batch["loss_mask"].gather(1, t.flatten(1)).view(t.shape) & ok[..., None]
-    return tgt, mask
+        return cls.from_section({**section_defaults("train"), **overrides}, seed=seed, weighting=weighting)
 
 
 # -----------------------------------------------------------------------------
-# training
-
-
-class SeedStream:
-    """The named random streams of training: a generator is seeded by ``(seed, stream, ...)``,
-    so each use draws independently of the others and of the order of the steps."""
-
-    EPOCH_ORDER = 1  # (seed, EPOCH_ORDER, epoch): the order of the packed rows in an epoch
-    NOISE = 2        # (seed, NOISE, step, row): noise on the aux states of a training row
-    ANCHORS = 3      # (seed, ANCHORS, step, row): the anchors of a training row
-    VALIDATION = 4   # (seed, VALIDATION, batch, row): the anchors of a validation row
-
-
-def _generator(*keys) -> torch.Generator:
-    return torch.Generator().manual_seed(_mix(*keys))
-
-
-def _mix(*keys) -> int:
-    h = 1469598103934665603
-    for k in keys:
-        h = ((h ^ (int(k) + 0x9E3779B97F4A7C15)) * 1099511628211) % (2**63)
-    return h
+# the schedule and the loss of one step
 
 
 def total_steps(n_rows: int, cfg: TrainConfig) -> int:
@@ -271,7 +108,7 @@ def step_rows(step: int, n_rows: int, cfg: TrainConfig) -> list[int]:
 @functools.lru_cache(maxsize=2)
 def _epoch_order(seed: int, epoch: int, n_rows: int) -> tuple[int, ...]:
     """The seeded row order of one epoch, drawn once per epoch rather than once per step."""
-    return tuple(torch.randperm(n_rows, generator=_generator(seed, SeedStream.EPOCH_ORDER, epoch)).tolist())
+    return tuple(torch.randperm(n_rows, generator=keyed_generator(seed, SeedStream.EPOCH_ORDER, epoch)).tolist())
 
 
 def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None, reduce_sum=None):
@@ -281,7 +118,7 @@ def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast
     """
     B = drafter.cfg.block_size
     valid = valid_anchor_mask(batch["doc_ids"], batch["loss_mask"], B)
-    gens = [_generator(*step_seed, r) for r in batch["row_ids"]]
+    gens = [keyed_generator(*step_seed, r) for r in batch["row_ids"]]
     anchors, ok = sample_anchors(valid, cfg.anchors_per_row, gens)
     tgt, mask = slot_targets(batch, anchors, ok, B, drafter.cfg.shift_label)
     w = slot_weights(B, cfg.gamma, cfg.weighting).to(device)
@@ -298,59 +135,6 @@ def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast
     count = count.clamp(min=1)
     return sum_base / count, sum_final / count, base, final, tgt, mask
 
-
-# -----------------------------------------------------------------------------
-# optimizers
-
-
-def muon_parameter_names(model: torch.nn.Module) -> list[str]:
-    """Trainable parameters Muon updates: 2-D weight matrices except the embedding and lm_head."""
-    excluded = ("embed_tokens.", "lm_head.")
-    return [n for n, p in model.named_parameters() if p.requires_grad and p.ndim == 2 and not n.startswith(excluded)]
-
-
-class Optimizers:
-    """One or two torch optimizers stepped as one; each carries a multiple of the scheduled lr."""
-
-    def __init__(self, parts: list[tuple[torch.optim.Optimizer, float]]):
-        self.parts = parts
-
-    def set_lr(self, lr: float) -> None:
-        for opt, scale in self.parts:
-            for g in opt.param_groups:
-                g["lr"] = lr * scale
-
-    def zero_grad(self) -> None:
-        for opt, _ in self.parts:
-            opt.zero_grad(set_to_none=True)
-
-    def step(self) -> None:
-        for opt, _ in self.parts:
-            opt.step()
-
-    def state_dict(self) -> list[dict]:
-        return [opt.state_dict() for opt, _ in self.parts]
-
-    def load_state_dict(self, states: list[dict]) -> None:
-        for (opt, _), st in zip(self.parts, states, strict=True):
-            opt.load_state_dict(st)
-
-
-def build_optimizers(model: torch.nn.Module, cfg: TrainConfig) -> Optimizers:
-    """AdamW on every trainable parameter, or Muon on ``muon_parameter_names`` + AdamW on the rest."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return Optimizers([(adamw([p for _, p in named]), 1.0)])
-    matrices = set(muon_parameter_names(model))
-    muon = torch.optim.Muon([p for n, p in named if n in matrices], lr=cfg.lr * cfg.muon_lr_scale,
-                            weight_decay=cfg.muon_weight_decay, momentum=cfg.muon_momentum,
-                            ns_steps=cfg.muon_ns_steps, adjust_lr_fn=cfg.muon_adjust_lr_fn)
-    parts = [(muon, cfg.muon_lr_scale)]
-    rest = [p for n, p in named if n not in matrices]
-    if rest:
-        parts.append((adamw(rest), 1.0))
-    return Optimizers(parts)
 
 
 # -----------------------------------------------------------------------------
@@ -451,7 +235,7 @@ class TrainOutputs:
 
 
 def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path, device="cpu",
-          autocast_dtype=None, log=print, max_steps: int | None = None) -> dict:
+          autocast_dtype=None, max_steps: int | None = None) -> dict:
     """Train ``drafter`` in place; write the checkpoint, the metrics and the summary to ``out``
     (a ``TrainOutputs``, or a folder holding the workflow's layout).
 
@@ -463,12 +247,11 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     """
     out = out if isinstance(out, TrainOutputs) else TrainOutputs.under(out)
     run = _start_run(drafter, feats, cfg, Path(out.state_dir) / "state.pt", device, autocast_dtype)
-    if run.rank != 0:
-        log = lambda msg: None  # noqa: E731  (rank 0 speaks for the run)
-    _resume(run, log)
-    log(f"{len(run.rows)} packed rows of {cfg.pack_len} tokens, {run.total} steps, weighting {cfg.weighting}, "
-        f"optimizer {cfg.optimizer}, noise {cfg.aux_noise.kind} {cfg.aux_noise.scale:g}, "
-        f"projector {drafter.cfg.projector}, shift_label {drafter.cfg.shift_label}")
+    _resume(run)
+    if run.rank == 0:  # rank 0 speaks for the run
+        logger.info("%d packed rows of %d tokens, %d steps, weighting %s, optimizer %s, noise %s %g, projector %s, "
+                    "shift_label %s", len(run.rows), cfg.pack_len, run.total, cfg.weighting, cfg.optimizer,
+                    cfg.aux_noise.kind, cfg.aux_noise.scale, drafter.cfg.projector, drafter.cfg.shift_label)
     stop_at = run.total if max_steps is None else min(run.total, max_steps)
     _run_steps(run, stop_at, f"train {Path(out.checkpoint).parent.name}")
     if run.step < run.total:
@@ -490,7 +273,7 @@ def _start_run(drafter, feats: dict, cfg: TrainConfig, state_path: Path, device,
                 inputs=_inputs_fingerprint(drafter, feats))
 
 
-def _resume(run: _Run, log) -> None:
+def _resume(run: _Run) -> None:
     """Continue from ``run.state_path`` if it exists, after checking it belongs to this run."""
     path = run.state_path
     if not path.exists():
@@ -507,7 +290,8 @@ def _resume(run: _Run, log) -> None:
     run.drafter.load_state_dict(st["model"])
     run.opt.load_state_dict(st["optimizer"])
     run.step, run.metrics, run.seconds = st["step"], st["metrics"], st["seconds"]
-    log(f"resuming at step {run.step} of {run.total} from {path}")
+    if run.rank == 0:
+        logger.info("resuming at step %d of %d from %s", run.step, run.total, path)
 
 
 def _save_state(run: _Run) -> None:

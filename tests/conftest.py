@@ -46,7 +46,7 @@ def tiny_drafter(verifier, projector="domino", shift_label=True, correct_from=1,
     g = torch.Generator().manual_seed(seed)
     ids = torch.sort(torch.randperm(V - 1, generator=g)[: draft_vocab]).values  # never the mask row
     d2t, t2d = mappings(ids, V)
-    cfg = DrafterConfig.from_verifier(
+    cfg = DrafterConfig.schema_defaults(
         verifier.config, num_layers=2, block_size=block_size, aux_layer_ids=[1, 2, 4],
         mask_token_id=V - 1 if mask_token_id is None else mask_token_id, draft_vocab_size=draft_vocab,
         shift_label=shift_label, projector=projector, gru_hidden_size=32, bottleneck_size=16,
@@ -150,8 +150,9 @@ def synthetic_features(n_docs=12, seed=0, vocab=96, draft_vocab=64, aux_dim=3 * 
     }
 
 
-RELIABILITY_CFG = TrainConfig(epochs=2, lr=3e-3, warmup_steps=2, anchors_per_row=4, pack_len=64, rows_per_step=1,
-                              noise_std=0.05, checkpoint_every=3, seed=0, weighting="shifted")
+RELIABILITY_CFG = TrainConfig.schema_defaults(epochs=2, lr=3e-3, warmup_steps=2, anchors_per_row=4, pack_len=64,
+                                              rows_per_step=1, noise="gaussian", noise_scale=0.05, checkpoint_every=3,
+                                              seed=0, weighting="shifted")
 
 
 # -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import yaml
 from huggingface_hub import ModelCard
 
 from domino import stats
-from domino.card import plots, published, render, scale
+from domino.card import filters, plots, published, render, scale
 from domino.tools import compare
 from domino.bench import compare_checkpoints
 from domino.config import validate_config
@@ -18,8 +18,8 @@ from domino.stats import implied_acceptance_length
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
-# Header rows of the seed card's tables (../shared/seed/Qwen3-0.6B-Domino-b8.md), kept here
-# because CI may not have ../shared.
+# Header rows of the published card's tables (the figures of domino/card/published.py come from
+# the same card), which the rendered card repeats.
 SEED_HEADERS = [
     "| Parameter | Value |",
     "| Checkpoint | Projector | Shift | First trained prediction |",
@@ -350,7 +350,7 @@ def test_missing_summary_field_names_it(results_copy, field):
     b = json.loads(p.read_text())
     del b["summary"][field]
     p.write_text(json.dumps(b))
-    with pytest.raises(ValueError, match=rf"{re.escape(str(p))} lacks field\(s\) {field}$"):
+    with pytest.raises(ValueError, match=rf"{re.escape(str(p))} lacks field summary\.{field}$"):
         render.load_results(results_copy)
 
 
@@ -395,7 +395,7 @@ def test_missing_values_raise(tmp_path):
     with pytest.raises(ValueError, match="card_info scale must be a scale.ScaleStatement"):
         render.render_card(FIXTURE, tmp_path, {**CARD_INFO, "scale": "card"}, PROVENANCE)
     with pytest.raises(ValueError, match="expected a number, got None"):
-        render.f3(None)
+        filters.f3(None)
     assert not (tmp_path / "model_card.md").exists()
 
 
@@ -446,21 +446,6 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
                      text)
 
 
-NEW_SUMMARY_FIELDS = ("acceptance_length_ci", "acceptance_length_per_prompt_mean",
-                      "acceptance_length_per_prompt_mean_ci", "per_position_acceptance_ci", "tps_ci",
-                      "plain_tps", "plain_tps_ci", "speedup_ci", "bootstrap")
-
-
-def strip_new_fields(results):
-    """Rewrite every benchmark file as the benchmark wrote it before intervals (the summary's
-    ``plain_seconds`` stays: the card requires it)."""
-    for p in (results / "benchmark").glob("*.json"):
-        b = json.loads(p.read_text())
-        b["summary"] = {k: v for k, v in b["summary"].items() if k not in NEW_SUMMARY_FIELDS}
-        b["prompts"] = [{k: v for k, v in r.items() if k not in ("plain_seconds", "plain_first")} for r in b["prompts"]]
-        p.write_text(json.dumps(b))
-
-
 def test_every_printed_interval_contains_its_point(rendered, tmp_path):
     texts = [rendered[2]]
     ablation = render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
@@ -471,23 +456,6 @@ def test_every_printed_interval_contains_its_point(rendered, tmp_path):
         assert len(found) > 60, len(found)  # not vacuous: every AL, TPS, speedup and position has one
         bad = [(v, lo, hi) for v, lo, hi in found if not lo <= v <= hi]
         assert bad == []
-
-
-def test_old_results_files_render_with_na(results_copy, tmp_path):
-    strip_new_fields(results_copy)
-    render.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
-    text = (tmp_path / "model_card.md").read_text()
-    assert "These results files predate the benchmark's intervals" in text
-    agg = {r[0]: r for r in table(text, SEED_HEADERS[2])}
-    s = fixture("benchmark/domino.json")["summary"]
-    assert agg["Domino"][1] == f"{s['acceptance_length']:.3f} [n/a]"
-    both = {r[0]: r for r in table(text, "| Model | Accept len (pooled) | Accept len (per-prompt mean) |")}
-    assert both["Domino"][2] == "n/a"
-    speed = {r[0]: r for r in table(text, SPEED_HEADER)}
-    base = fixture("benchmark/baseline.json")["summary"]
-    assert speed[BASELINE_LABEL][1] == f"{base['tps']:.1f} [n/a]"  # the plain TPS, without its interval
-    assert speed["Domino"][1] == f"{s['tps']:.1f} [n/a]" and speed["Domino"][2] == f"{s['speedup']:.2f}× [n/a]"
-    assert "(no interval is available)" in text and printed_intervals(text) == []
 
 
 def test_domino_vs_each_dflash_row(rendered):

@@ -129,16 +129,16 @@ def card_run(tmp_path_factory):
         feats = features.load_features(tmp / "features" / "index.json")
         r["feats"] = feats
 
-        dcfg = DrafterConfig.from_verifier(
+        dcfg = DrafterConfig.schema_defaults(
             verifier.config, num_layers=1, block_size=4, aux_layer_ids=AUX_IDS, mask_token_id=MASK_ID,
             draft_vocab_size=DRAFT_VOCAB, shift_label=True, projector="domino", gru_hidden_size=16,
             bottleneck_size=8, pure_draft_prefix_len=0, correct_from=1, attn_implementation="eager",
             verifier="Qwen/Qwen3-0.6B")
         torch.manual_seed(0)
         drafter = Drafter.from_verifier(verifier, dcfg, d2t, t2d)
-        tcfg = TrainConfig(epochs=2, lr=3e-3, warmup_steps=1, anchors_per_row=16, pack_len=256, rows_per_step=1,
-                           checkpoint_every=1000, seed=0, weighting="shifted")
-        r["summary"] = train(drafter, feats, tcfg, tmp / "train", "cpu", None, log=lambda *_: None)
+        tcfg = TrainConfig.schema_defaults(epochs=2, lr=3e-3, warmup_steps=1, anchors_per_row=16, pack_len=256,
+                                           rows_per_step=1, checkpoint_every=1000, seed=0, weighting="shifted")
+        r["summary"] = train(drafter, feats, tcfg, tmp / "train", "cpu", None)
         r["drafter"] = drafter.eval()
         r["metrics"] = [json.loads(x) for x in (tmp / "train" / "metrics.jsonl").read_text().splitlines()]
 

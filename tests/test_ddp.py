@@ -21,7 +21,7 @@ def _worker(rank, world, init_file, init_dir, feats_path, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         d = Drafter.load(init_dir)
-        train(d, torch.load(feats_path, weights_only=False), DDP_CFG, out_dir, log=lambda m: None)
+        train(d, torch.load(feats_path, weights_only=False), DDP_CFG, out_dir)
     finally:
         dist.destroy_process_group()
 
@@ -36,7 +36,7 @@ def test_two_process_gloo_matches_one_process(tmp_path):
     torch.save(feats, tmp_path / "feats.pt")
 
     single = tmp_path / "single"
-    train(Drafter.load(init), feats, DDP_CFG, single, log=lambda m: None)
+    train(Drafter.load(init), feats, DDP_CFG, single)
 
     ddp = tmp_path / "ddp"
     mp.spawn(_worker, args=(2, str(tmp_path / "rendezvous"), str(init), str(tmp_path / "feats.pt"), str(ddp)),
@@ -63,5 +63,5 @@ def test_rows_per_step_must_split_over_ranks(monkeypatch, tmp_path):
 
     d = tiny_drafter(tiny_verifier(), projector="dflash", attn="eager").float()
     with pytest.raises(ValueError, match="multiple"):
-        train(d, synthetic_features(), replace(CFG, rows_per_step=3), tmp_path, log=lambda m: None)
+        train(d, synthetic_features(), replace(CFG, rows_per_step=3), tmp_path)
 

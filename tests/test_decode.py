@@ -111,9 +111,10 @@ def trained_drafters(verifier, tmp_path_factory):
         extract(verifier, rows, d.cfg.aux_layer_ids, target_ids, tmp / "feat" / "index.json", 8, 100, "float32", log=lambda m: None)
         feats = load_features(tmp / "feat" / "index.json")
         feats["aux"] = feats["aux"].double()
-        cfg = TrainConfig(epochs=12, lr=3e-3, warmup_steps=2, anchors_per_row=16, pack_len=256, checkpoint_every=10**6,
-                          weighting="classic" if projector == "dflash" else "shifted")
-        train(d, feats, cfg, tmp / "train", log=lambda m: None)
+        cfg = TrainConfig.schema_defaults(epochs=12, lr=3e-3, warmup_steps=2, anchors_per_row=16, pack_len=256,
+                                          checkpoint_every=10**6,
+                                          weighting="classic" if projector == "dflash" else "shifted")
+        train(d, feats, cfg, tmp / "train")
         out[(projector, shift)] = d.to(torch.float64).eval()
     return out
 

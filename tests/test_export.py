@@ -270,7 +270,8 @@ def pr685_reader(out_dir, prefix_is_first_corrected_slot=False):
     ``shift_label`` block predicts a+k+1, the draft layers' window is the layer config's
     ``sliding_window``. Weight names are mapped by its own table. The model it fills is
     ours (the forward itself is checked against speculators in test_speculators_loads_the_export).
-    ``prefix_is_first_corrected_slot`` reads the field the way format-1 exports wrote it."""
+    ``prefix_is_first_corrected_slot`` reads the field as the first corrected slot itself, as
+    SpecForge names it."""
     from safetensors.torch import load_file
 
     from domino.model import Drafter, DrafterConfig
@@ -287,8 +288,8 @@ def pr685_reader(out_dir, prefix_is_first_corrected_slot=False):
         num_layers=layer["num_hidden_layers"], block_size=c["block_size"],
         aux_layer_ids=c["aux_hidden_state_layer_ids"], mask_token_id=c["mask_token_id"],
         draft_vocab_size=c["draft_vocab_size"], shift_label=c["shift_label"], projector=c["projector_type"],
-        gru_hidden_size=c["gru_hidden_dim"], bottleneck_size=c["emb_dim"],
-        correct_from=p if prefix_is_first_corrected_slot else 1 + p,
+        gru_hidden_size=c["gru_hidden_dim"], bottleneck_size=c["emb_dim"], pure_draft_prefix_len=max(0, p),
+        correct_from=p if prefix_is_first_corrected_slot else 1 + p, init="pytorch", init_std=0.02,
         sliding_window=layer.get("sliding_window") if layer.get("use_sliding_window") else None,
         attn_implementation="eager")
     state = {}
@@ -330,31 +331,23 @@ def test_a_pr685_reader_gets_the_trained_draft_logits(verifier, tmp_path, case):
     ours = load_speculators(tmp_path / "out")  # our own loader still round-trips
     assert ours.cfg == drafter.cfg
     torch.testing.assert_close(_draft(ours, ids, aux)[1], logits, rtol=0, atol=0)
-    if case == "domino":  # the format-1 reading would correct slot 0 too: other slot-0 logits
+    if case == "domino":  # reading the field as the first corrected slot corrects slot 0 too
         old = _draft(pr685_reader(tmp_path / "out", prefix_is_first_corrected_slot=True), ids, aux)[1]
         assert not torch.allclose(old[0], logits[0])
 
 
-def test_format_1_exports_are_read_exactly_and_unknown_versions_refused(verifier, tmp_path):
-    """Format 1 wrote correct_from as pure_draft_prefix_len; our reader takes the exact values
-    from its domino_repro block. A version it does not know is refused, not guessed."""
+@pytest.mark.parametrize("version", [1, 3, None])
+def test_an_unknown_format_version_is_refused(verifier, tmp_path, version):
+    """The domino_repro block is read exactly in the one format this project writes; another
+    version is refused, not guessed."""
     drafter = tiny_drafter(verifier, projector="domino")
     drafter.save(tmp_path / "ckpt")
     export_speculators(tmp_path / "ckpt", tmp_path / "out", "v")
     path = tmp_path / "out" / "config.json"
     c = json.loads(path.read_text())
-    c["pure_draft_prefix_len"] = drafter.cfg.correct_from  # as format 1 wrote it
-    c["domino_repro"]["format_version"] = 1
-    for new_field in ("sliding_window", "init", "init_std"):  # format 1 predates them
-        del c["domino_repro"]["drafter_config"][new_field]
+    c["domino_repro"]["format_version"] = version
     path.write_text(json.dumps(c))
-    back = load_speculators(tmp_path / "out")
-    assert back.cfg == drafter.cfg
-    ids, aux = _context(verifier, drafter)
-    torch.testing.assert_close(_draft(back, ids, aux)[1], _draft(drafter, ids, aux)[1], rtol=0, atol=0)
-    c["domino_repro"]["format_version"] = 3
-    path.write_text(json.dumps(c))
-    with pytest.raises(ExportError, match="format_version 3 is not one this reader knows"):
+    with pytest.raises(ExportError, match=f"format_version {version} is not the one this reader knows"):
         load_speculators(tmp_path / "out")
 
 

@@ -1,8 +1,9 @@
-"""Issue 5, reliability: resumed training ends where an uninterrupted run ends (after
+"""Reliability: resumed training ends where an uninterrupted run ends (after
 ``max_steps``, SIGTERM and SIGKILL), extraction resumes at the first missing shard, corrupted
 shards are refused by name, and interrupted writers leave nothing that looks done."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -43,7 +44,7 @@ def setup(tmp_path_factory):
     (work / "cfg.json").write_text(json.dumps(asdict(CFG)))
     ref_dir = work / "reference"
     ref = Drafter.load(work / "init")
-    summary = train(ref, feats, CFG, ref_dir, log=lambda m: None)
+    summary = train(ref, feats, CFG, ref_dir)
     assert summary["complete"] and summary["steps"] == total_steps(summary["rows"], CFG)
     assert 10 <= summary["steps"] <= 30, summary["steps"]  # enough steps to interrupt in the middle
     assert not (ref_dir / "state" / "state.pt").exists()  # removed once the run is complete
@@ -80,11 +81,10 @@ def _assert_nothing_done(out_dir):
 # training resume
 
 
-def test_resume_after_max_steps_is_bitwise_identical(setup, tmp_path):
+def test_resume_after_max_steps_is_bitwise_identical(setup, tmp_path, caplog):
     out = tmp_path / "run"
-    logs = []
     d = Drafter.load(setup["work"] / "init")
-    s = train(d, setup["feats"], CFG, out, log=logs.append, max_steps=7)
+    s = train(d, setup["feats"], CFG, out, max_steps=7)
     assert s == {"steps": 7, "complete": False}
     _assert_nothing_done(out)
     st = torch.load(out / "state" / "state.pt", weights_only=False)
@@ -92,9 +92,10 @@ def test_resume_after_max_steps_is_bitwise_identical(setup, tmp_path):
     assert set(st) >= {"model", "optimizer", "step", "metrics", "config", "total_steps", "inputs"}
 
     d = Drafter.load(setup["work"] / "init")  # the weights come from the state, not from here
-    s = train(d, setup["feats"], CFG, out, log=logs.append)
+    with caplog.at_level(logging.INFO, logger="domino.train"):
+        s = train(d, setup["feats"], CFG, out)
     assert s["complete"] and s["steps"] == setup["total"]
-    assert any(f"resuming at step 7 of {setup['total']}" in m for m in logs), logs
+    assert any(f"resuming at step 7 of {setup['total']}" in m for m in caplog.messages), caplog.messages
     _assert_same_as_reference(setup, out, d)
 
 
@@ -103,21 +104,21 @@ def test_resume_twice_and_from_periodic_state(setup, tmp_path):
     out = tmp_path / "run"
     for stop in (4, 9, None):
         d = Drafter.load(setup["work"] / "init")
-        train(d, setup["feats"], CFG, out, log=lambda m: None, max_steps=stop)
+        train(d, setup["feats"], CFG, out, max_steps=stop)
     _assert_same_as_reference(setup, out, d)
 
 
 def test_state_from_other_settings_or_inputs_is_refused(setup, tmp_path):
     out = tmp_path / "run"
-    train(Drafter.load(setup["work"] / "init"), setup["feats"], CFG, out, log=lambda m: None, max_steps=2)
+    train(Drafter.load(setup["work"] / "init"), setup["feats"], CFG, out, max_steps=2)
     with pytest.raises(RuntimeError, match="other training settings"):
-        train(Drafter.load(setup["work"] / "init"), setup["feats"], replace(CFG, lr=1e-3), out, log=lambda m: None)
+        train(Drafter.load(setup["work"] / "init"), setup["feats"], replace(CFG, lr=1e-3), out)
     other = dict(setup["feats"], aux=setup["feats"]["aux"] + 1)  # same shapes, other content
     with pytest.raises(RuntimeError, match="other features"):
-        train(Drafter.load(setup["work"] / "init"), other, CFG, out, log=lambda m: None)
+        train(Drafter.load(setup["work"] / "init"), other, CFG, out)
     (out / "state" / "state.pt").write_bytes(b"not a torch file")
     with pytest.raises(RuntimeError, match="state.pt cannot be read"):
-        train(Drafter.load(setup["work"] / "init"), setup["feats"], CFG, out, log=lambda m: None)
+        train(Drafter.load(setup["work"] / "init"), setup["feats"], CFG, out)
 
 
 SCRIPT = textwrap.dedent("""
@@ -139,7 +140,7 @@ SCRIPT = textwrap.dedent("""
     c = json.loads(open(work + "/cfg.json").read())
     c["betas"] = tuple(c["betas"])
     feats = torch.load(work + "/feats.pt", weights_only=False)
-    T.train(Drafter.load(work + "/init"), feats, T.TrainConfig(**c), out, log=lambda m: print(m, flush=True))
+    T.train(Drafter.load(work + "/init"), feats, T.TrainConfig(**c), out)
     print("finished", flush=True)
 """)
 
@@ -168,7 +169,7 @@ def _read_until(proc, line_wanted, timeout=60):
     raise AssertionError(f"child never printed {line_wanted!r}:\n" + "\n".join(seen[-30:]))
 
 
-def test_sigterm_saves_state_and_resume_matches(setup, tmp_path):
+def test_sigterm_saves_state_and_resume_matches(setup, tmp_path, caplog):
     proc, out = _launch(setup, tmp_path, pause=0.2)
     _read_until(proc, "step 4")  # the periodic state of step 3 is on disk; step 4 is under way
     assert (out / "state" / "state.pt").exists()
@@ -181,14 +182,14 @@ def test_sigterm_saves_state_and_resume_matches(setup, tmp_path):
     assert 5 <= st["step"] < setup["total"] and len(st["metrics"]) == st["step"], st["step"]
     assert f"interrupted at step {st['step']}" in rest and "finished" not in rest, rest
 
-    logs = []
     d = Drafter.load(setup["work"] / "init")
-    train(d, setup["feats"], CFG, out, log=logs.append)
-    assert any(f"resuming at step {st['step']}" in m for m in logs), logs
+    with caplog.at_level(logging.INFO, logger="domino.train"):
+        train(d, setup["feats"], CFG, out)
+    assert any(f"resuming at step {st['step']}" in m for m in caplog.messages), caplog.messages
     _assert_same_as_reference(setup, out, d)
 
 
-def test_sigkill_resumes_from_last_periodic_state(setup, tmp_path):
+def test_sigkill_resumes_from_last_periodic_state(setup, tmp_path, caplog):
     proc, out = _launch(setup, tmp_path, pause=0.2)
     _read_until(proc, "step 7")  # periodic state at 6; step 7 under way
     proc.kill()  # SIGKILL: no handler, no last save
@@ -199,10 +200,10 @@ def test_sigkill_resumes_from_last_periodic_state(setup, tmp_path):
     # the periodic state of step 6 (or a later one on a slow machine); the steps after it are lost
     assert st["step"] >= 6 and st["step"] % CFG.checkpoint_every == 0 and len(st["metrics"]) == st["step"]
 
-    logs = []
     d = Drafter.load(setup["work"] / "init")
-    train(d, setup["feats"], CFG, out, log=logs.append)
-    assert any(f"resuming at step {st['step']}" in m for m in logs), logs
+    with caplog.at_level(logging.INFO, logger="domino.train"):
+        train(d, setup["feats"], CFG, out)
+    assert any(f"resuming at step {st['step']}" in m for m in caplog.messages), caplog.messages
     _assert_same_as_reference(setup, out, d)
 
 
@@ -353,7 +354,7 @@ def test_atomic_path_leaves_nothing_when_the_writer_fails(tmp_path):
 
 def test_training_stopped_early_leaves_no_declared_output(setup, tmp_path):
     out = tmp_path / "run"
-    train(Drafter.load(setup["work"] / "init"), setup["feats"], CFG, out, log=lambda m: None, max_steps=3)
+    train(Drafter.load(setup["work"] / "init"), setup["feats"], CFG, out, max_steps=3)
     _assert_nothing_done(out)
     assert (out / "state" / "state.pt").exists()
 

@@ -39,7 +39,7 @@ def configs(tmp_path):
 def test_front_matter_valid_per_scale_and_no_local_path(tmp_path, results, scale_name, base_model, datasets):
     cfg = configs(tmp_path)[scale_name]
     out = tmp_path / "reports"
-    report.build_report(cfg, results, out, bench_dir=None, log=lambda _: None, repo=tmp_path)
+    report.build_report(cfg, results, out, bench_dir=None, repo=tmp_path)
     text, repro = (out / "model_card.md").read_text(), (out / "reproduction.md").read_text()
     data = render.check_front_matter(text)
     assert data.base_model == base_model and data.datasets == datasets
@@ -133,7 +133,7 @@ def test_training_rows_say_what_was_used():
         "(betas (0.9, 0.999), weight decay 0.01)")
     assert report.noise_text(default["train"]) == "none"
     assert report.noise_text(card_cfg["train"]) == "uniform in [−0.05, 0.05]"
-    assert report.noise_text({"noise": "none", "noise_scale": 0.05, "noise_std": 0.1}) == "Gaussian, standard deviation 0.1"
+    assert report.noise_text({"noise": "gaussian", "noise_scale": 0.1}) == "Gaussian, standard deviation 0.1"
     assert report.attention_text(card_cfg["drafter"]).endswith("the 2,048 context positions before its anchor")
     assert report.init_text(card_cfg["drafter"]).startswith("Hugging Face: normal(0, 0.02)")
     assert report.init_text(default["drafter"]) == "PyTorch's default initialisation of each layer"
@@ -143,7 +143,7 @@ def test_ablations_and_sampling_reach_the_card(tmp_path, results):
     cfg = ablation_config()
     assert "sampling/T0.6" in report.card_stages(cfg)
     assert not any(s.startswith("sampling/") for s in report.card_stages(load("config.yaml")))
-    report.build_report(cfg, results, tmp_path / "reports", log=lambda _: None, repo=tmp_path)
+    report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
     text = (tmp_path / "reports" / "model_card.md").read_text()
     assert "| domino-cf0 | drafter.correct_from 0 |" in text
     assert "| dflash-noshift-muon | projector dflash, shift_label false, weighting classic, train.optimizer muon |" in text

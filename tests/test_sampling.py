@@ -207,7 +207,7 @@ def _stat_drafter(verifier, projector, shift):
     """A 1-layer drafter on the 1-layer verifier whose q is flatter than p and far from it."""
     g = torch.Generator().manual_seed(1)
     d2t, t2d = mappings(torch.sort(torch.randperm(V - 1, generator=g)[:12]).values, V)
-    cfg = DrafterConfig.from_verifier(
+    cfg = DrafterConfig.schema_defaults(
         verifier.config, num_layers=1, block_size=4, aux_layer_ids=[0, 1], mask_token_id=V - 1,
         draft_vocab_size=12, shift_label=shift, projector=projector, gru_hidden_size=16,
         bottleneck_size=8, attn_implementation="eager")

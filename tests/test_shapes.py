@@ -38,11 +38,12 @@ def test_card_drafter_is_what_the_card_config_trains():
 
 
 def test_card_drafter_config_sits_on_qwen3_0_6b():
-    cfg = card_drafter_config(projector="domino")
+    cfg = card_drafter_config(projector="domino", shift_label=True)
     assert (cfg.hidden_size, cfg.target_num_layers, cfg.target_vocab_size) == (1024, 28, 151_936)
     assert cfg.projector == "domino" and cfg.num_layers == 3 and cfg.aux_layer_ids == [1, 13, 25]
     assert all(0 <= i <= cfg.target_num_layers for i in cfg.aux_layer_ids)
     assert cfg.rope_theta == 1_000_000.0
     # an override replaces the card's value; a narrower verifier carries its own shape through
-    small = card_drafter_config(qwen3_config(hidden_size=64, head_dim=16), num_layers=1)
+    small = card_drafter_config(qwen3_config(hidden_size=64, head_dim=16), num_layers=1, projector="dflash",
+                                shift_label=False)
     assert (small.num_layers, small.hidden_size, small.head_dim, small.block_size) == (1, 64, 16, 8)

@@ -12,8 +12,9 @@ from torch import nn
 import domino.train as T
 from conftest import synthetic_features, tiny_drafter, tiny_verifier
 from domino.model import Drafter
-from domino.train import (AuxNoise, Interrupted, PackedRows, TrainConfig, build_optimizers, draw_aux_noise,
-                          muon_parameter_names, slot_targets, train, valid_anchor_mask, validate)
+from domino.batches import AuxNoise, PackedRows, draw_aux_noise, keyed_generator, slot_targets, valid_anchor_mask
+from domino.optim import build_optimizers, muon_parameter_names
+from domino.train import Interrupted, TrainConfig, train, validate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -98,7 +99,8 @@ def test_validate_per_slot_and_overall_accuracy(shift, weighting, counts, first_
     """Valid anchors (hand-counted): doc A at 2, 3, 5, doc B at 9+1, 9+2, 9+3. Slot 0 alone is
     right. ``overall`` pools the drafting slots whatever their weight: DFlash shift's untrained
     slot 0 counts, the noshift anchor slot does not."""
-    cfg = TrainConfig(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0, weighting=weighting)
+    cfg = TrainConfig.schema_defaults(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0,
+                                      weighting=weighting)
     res = validate(SlotOracle(shift, {0}), _two_doc_features(), cfg)
     assert [s["count"] for s in res["per_slot"]] == counts
     assert [s["final_acc"] for s in res["per_slot"]] == [1.0, 0.0, 0.0]
@@ -128,7 +130,7 @@ def test_muon_takes_the_2d_matrices_except_embedding_and_lm_head():
     d.embed_tokens.weight.requires_grad_(True)  # trainable here to show the rule, frozen in real runs
     d.lm_head.weight.requires_grad_(True)
     assert set(muon_parameter_names(d)) == MATRICES
-    cfg = TrainConfig(lr=1e-3, optimizer="muon", weight_decay=0.01)
+    cfg = TrainConfig.schema_defaults(lr=1e-3, optimizer="muon", weight_decay=0.01)
     opts = build_optimizers(d, cfg)
     (muon, muon_scale), (adamw, adamw_scale) = opts.parts
     assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
@@ -148,7 +150,7 @@ def test_muon_takes_the_2d_matrices_except_embedding_and_lm_head():
 
 def test_adamw_is_one_optimizer_over_every_trainable_parameter():
     d = tiny_drafter(tiny_verifier(), projector="domino").float()
-    (opt, scale), = build_optimizers(d, TrainConfig(lr=1e-3)).parts
+    (opt, scale), = build_optimizers(d, TrainConfig.schema_defaults(lr=1e-3)).parts
     assert type(opt) is torch.optim.AdamW and scale == 1.0 and len(opt.param_groups) == 1
     assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in d.parameters() if p.requires_grad]
 
@@ -157,8 +159,8 @@ def _features():
     return synthetic_features(n_docs=6)
 
 
-CFG = TrainConfig(epochs=2, lr=3e-3, warmup_steps=1, anchors_per_row=4, pack_len=64, checkpoint_every=100,
-                  optimizer="muon", noise="uniform", noise_scale=0.05)
+CFG = TrainConfig.schema_defaults(epochs=2, lr=3e-3, warmup_steps=1, anchors_per_row=4, pack_len=64,
+                                  checkpoint_every=100, optimizer="muon", noise="uniform", noise_scale=0.05)
 
 
 def test_muon_run_resumes_bitwise(tmp_path):
@@ -166,12 +168,12 @@ def test_muon_run_resumes_bitwise(tmp_path):
     tiny_drafter(tiny_verifier(), projector="domino").float().save(init)
     feats = _features()
     ref = Drafter.load(init)
-    s = train(ref, feats, CFG, tmp_path / "ref", log=lambda m: None)
+    s = train(ref, feats, CFG, tmp_path / "ref")
     assert s["complete"] and s["steps"] >= 4
     first = Drafter.load(init)
-    assert train(first, feats, CFG, tmp_path / "run", log=lambda m: None, max_steps=2)["steps"] == 2
+    assert train(first, feats, CFG, tmp_path / "run", max_steps=2)["steps"] == 2
     again = Drafter.load(init)
-    train(again, feats, CFG, tmp_path / "run", log=lambda m: None)
+    train(again, feats, CFG, tmp_path / "run")
     for k, v in ref.state_dict().items():
         assert torch.equal(again.state_dict()[k], v), k
     assert not torch.equal(ref.fc.weight, Drafter.load(init).fc.weight)  # it did train
@@ -190,25 +192,21 @@ def test_uniform_noise_stays_within_its_bounds():
     assert float(gauss.std()) == pytest.approx(0.05, rel=0.01)
 
 
-def test_noise_on_packed_rows_and_the_old_noise_std():
+def test_noise_on_packed_rows():
     feats = _features()
     rows = PackedRows(feats, 64)
     clean = rows.batch([0, 1])
     assert clean["aux"].dtype == feats["aux"].dtype
-    noisy = rows.batch([0, 1], TrainConfig(noise="uniform", noise_scale=0.05).aux_noise, (0, 2, 7))
+    noisy = rows.batch([0, 1], TrainConfig.schema_defaults(noise="uniform", noise_scale=0.05).aux_noise, (0, 2, 7))
     delta = noisy["aux"] - clean["aux"]
     assert 0 < delta.abs().max() <= 0.05
     assert torch.equal(rows.batch([1], AuxNoise("uniform", 0.05), (0, 2, 7))["aux"][0], noisy["aux"][1])  # per row
-    # the old spelling draws the same Gaussian numbers as before: scale x randn of the row's generator
-    old = rows.batch([1], TrainConfig(noise_std=0.05).aux_noise, (0, 2, 7))
-    assert TrainConfig(noise_std=0.05).aux_noise == TrainConfig(noise="gaussian", noise_scale=0.05).aux_noise
-    expected = clean["aux"][1] + 0.05 * torch.randn(clean["aux"][1].shape, generator=T._generator(0, 2, 7, 1))
-    assert torch.equal(old["aux"][0], expected)
-    assert TrainConfig().aux_noise == AuxNoise("none", 0.0) and not TrainConfig().aux_noise.active
-    with pytest.raises(ValueError, match="noise_std is the old spelling"):
-        TrainConfig(noise_std=0.05, noise="uniform")
-    with pytest.raises(ValueError, match="train.optimizer: 'sgd' is not allowed"):
-        TrainConfig(optimizer="sgd")
+    # Gaussian noise is scale x randn of the row's own generator
+    gauss = rows.batch([1], TrainConfig.schema_defaults(noise="gaussian", noise_scale=0.05).aux_noise, (0, 2, 7))
+    expected = clean["aux"][1] + 0.05 * torch.randn(clean["aux"][1].shape, generator=keyed_generator(0, 2, 7, 1))
+    assert torch.equal(gauss["aux"][0], expected)
+    assert TrainConfig.schema_defaults().aux_noise == AuxNoise("none", 0.0)
+    assert not TrainConfig.schema_defaults(noise_scale=0.1).aux_noise.active  # noise none: the scale is unused
 
 
 # -----------------------------------------------------------------------------
@@ -230,7 +228,7 @@ def test_an_interrupted_run_saves_and_says_how_to_resume(tmp_path, monkeypatch):
     cfg = replace(CFG, optimizer="adamw")
     before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN in a background job
     with pytest.raises(Interrupted, match="^interrupted at step 2 of ") as info:
-        train(Drafter.load(init), _features(), cfg, out, log=lambda m: None)
+        train(Drafter.load(init), _features(), cfg, out)
     msg = str(info.value)
     state = out / "state" / "state.pt"
     assert "\n" not in msg and msg.startswith("interrupted at step 2 of ")

@@ -188,9 +188,7 @@ def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
         tf_line = ax.plot([p.position + dx for p in t.positions], [p.teacher_forced for p in t.positions], "--s",
                           markersize=4, label=f"{r['label']} teacher-forced (implies AL {t.implied_al:.2f})")[0]
         served = [p for p in t.positions if p.served is not None]
-        bounded = [p for p in served if p.served.has_interval]
-        yerr = None if len(bounded) < len(served) else [[p.served.value - p.served.low for p in served],
-                                                         [p.served.high - p.served.value for p in served]]
+        yerr = [[p.served.value - p.served.low for p in served], [p.served.high - p.served.value for p in served]]
         ax.errorbar([p.position + dx for p in served], [p.served.value for p in served], yerr=yerr, fmt="-o",
                     capsize=3, color=tf_line.get_color(), label=f"{r['label']} served (AL {t.served_al.value:.2f})")
     ax.set_ylim(0, 1.02)

@@ -1,10 +1,10 @@
 """Model card and reproduction report, rendered from the results files only.
 
-Input contract: docs/results.md. Every number in the card comes from those files (or from the
-``card_info`` / ``provenance`` dicts the report stage passes, ``report.py``); formatting lives in
-the Jinja filters below, so a missing value raises instead of rendering empty. The published
-card's figures live in ``published.py``, the scale statement in ``scale.py``, the plots in
-``plots.py``.
+Input contract: the results files' schemas (``results.py``, docs/results.md). Every number in
+the card comes from those files (or from the ``card_info`` / ``provenance`` dicts the report
+stage passes, ``report.py``); formatting lives in the Jinja filters of ``filters.py``, so a
+missing value raises instead of rendering empty. The published card's figures live in
+``published.py``, the scale statement in ``scale.py``, the plots in ``plots.py``.
 """
 
 from __future__ import annotations
@@ -16,19 +16,18 @@ from typing import NamedTuple
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from .. import io
-from .tables import (PROMPT_KEYS, Estimate, compare, conditional_estimates, estimate, position_estimates,
-                          replicate_summary, tail_estimate, teacher_forced_vs_served)
-from ..config import split_replicate, trained_runs
-from ..io import read_json, write_text
+from ..io import write_text
+from .filters import environment
 from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
 from .published import FIGURES as SEED_CARD
 from .published import NAME as SEED_NAME
 from .published import SETTINGS as SEED_SETTINGS
+from .results import load_results
 from .scale import ScaleStatement
+from .tables import (Estimate, compare, conditional_estimates, estimate, position_estimates, replicate_summary,
+                     tail_estimate, teacher_forced_vs_served)
 
 COMPARE_TO = "dflash-noshift"  # the seed card's "vs DFlash noshift" column
 HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}
@@ -41,196 +40,6 @@ CARD_INFO_KEYS = (
     "license", "datasets",
 )
 PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "python", "stage_seconds")
-
-_VALIDATE_KEYS = ("projector", "shift_label", "first_trained_slot", "first_trained_accuracy", "per_slot", "overall", "anchors")
-_VLLM_KEYS = ("acceptance_length", "tps", "speedup", "prompts", "same_tokens_as_ours", "ours_acceptance_length",
-              "ours_tps")
-# every summary field the card reads without a fallback (docs/results.md)
-_SUMMARY_KEYS = ("acceptance_length", "tps", "per_position_acceptance", "conditional_acceptance", "speedup",
-                 "matches_baseline", "steps", "new_tokens", "seconds", "draft_seconds", "verify_seconds",
-                 "plain_seconds")
-_METRIC_KEYS = ("step", "loss", "base_loss", "final_loss", "lambda")
-_DRAFTER_KEYS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_layers", "block_size",
-                 "aux_layer_ids", "draft_vocab_size", "target_vocab_size", "target_num_layers", "projector",
-                 "gru_hidden_size", "bottleneck_size", "shift_label", "pure_draft_prefix_len", "correct_from",
-                 "mask_token_id")
-
-
-def _require(obj, keys, path: Path, what: str = "results file"):
-    if not isinstance(obj, dict):
-        raise ValueError(f"{what} {path}: expected a JSON object, got {type(obj).__name__}")
-    missing = [k for k in keys if k not in obj]
-    if missing:
-        raise ValueError(f"{what} {path} lacks field(s) {', '.join(missing)}")
-    return obj
-
-
-def _read_benchmark(p: Path) -> dict:
-    """A benchmark or sampling results file: protocol, summary and, of the per-prompt records, the
-    fields a paired comparison reads (``PROMPT_KEYS``, those present)."""
-    bench = _require(read_json(p), ("protocol", "summary"), p)
-    _require(bench["summary"], _SUMMARY_KEYS, p)
-    prompts = [{k: r[k] for k in PROMPT_KEYS if k in r} for r in bench.get("prompts") or []]
-    return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
-            "path": str(p), "prompts": prompts}
-
-
-def _one_protocol(runs: dict, what: str) -> None:
-    protocols = [b["protocol"] for b in runs.values()]
-    if any(p != protocols[0] for p in protocols):
-        paths = ", ".join(b["path"] for b in runs.values())
-        raise ValueError(f"{what} protocols differ between {paths}; the card needs one protocol")
-
-
-def sampling_dir(temperature: float) -> str:
-    """``results/sampling/`` folder of a temperature, as the workflow names it (``T0.6``)."""
-    return f"T{temperature:g}"
-
-
-def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
-    """Benchmark results of seed replicates 1 .. N-1 (runs ``<checkpoint>-seed<r>``), by run name."""
-    if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
-        raise ValueError(f"replicates must be a whole number >= 1, got {replicates!r}")
-    out = {}
-    for run in trained_runs(checkpoints, replicates):
-        ckpt, r = split_replicate(run)
-        if r == 0:
-            continue
-        try:
-            out[run] = _read_benchmark(root / "benchmark" / f"{run}.json")
-        except FileNotFoundError as err:
-            raise FileNotFoundError(f"{err} (seed replicate {r} of {ckpt}; train.replicates = {replicates})") from None
-    return out
-
-
-def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
-                 replicates: int = 1) -> dict:
-    """Read every results file the card needs (docs/results.md); raise naming any bad file.
-
-    ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
-    among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
-    ``results/vllm_benchmark/{run}.json``; "baseline" must be among them. ``temperatures``
-    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``.
-    ``replicates`` (``train.replicates``): for N > 1 the benchmark results of replicates 1 .. N-1,
-    ``results/benchmark/{checkpoint}-seed{r}.json``, go under ``"replicates"`` (replicate 0 is
-    the checkpoint's own file, under ``"benchmark"``)."""
-    root = Path(results_dir)
-    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
-           "sampling": {}, "replicates": _read_replicates(root, checkpoints, replicates)}
-    for ckpt in checkpoints:
-        p = root / "validate" / f"{ckpt}.json"
-        out["validate"][ckpt] = _require(read_json(p), _VALIDATE_KEYS, p)
-        _require(out["validate"][ckpt]["overall"], ("base_acc", "final_acc"), p)
-        for slot in out["validate"][ckpt]["per_slot"]:
-            _require(slot, ("slot", "target", "base_acc", "final_acc"), p)
-        train = root / "train" / ckpt
-        out["metrics"][ckpt] = io.read_jsonl(train / "metrics.jsonl", _METRIC_KEYS)
-        p = train / "summary.json"
-        out["train_summary"][ckpt] = _require(read_json(p), ("steps", "epochs", "seconds"), p)
-        p = train / "checkpoint" / "drafter_config.json"
-        out["drafter_config"][ckpt] = _require(read_json(p), _DRAFTER_KEYS, p)
-    for run in ("baseline", *checkpoints):
-        out["benchmark"][run] = _read_benchmark(root / "benchmark" / f"{run}.json")
-    _one_protocol({**out["benchmark"], **out["replicates"]}, "benchmark")
-    for t in sorted(t for t in temperatures if t > 0):
-        runs = {run: _read_benchmark(root / "sampling" / sampling_dir(t) / f"{run}.json")
-                for run in ("baseline", *checkpoints)}
-        _one_protocol(runs, f"sampling (T = {t:g})")
-        out["sampling"][t] = runs
-    if vllm_runs and "baseline" not in vllm_runs:
-        raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
-    for run in vllm_runs:
-        p = root / "vllm_benchmark" / f"{run}.json"
-        bench = _require(read_json(p), ("protocol", "summary"), p)
-        _require(bench["summary"], _VLLM_KEYS, p)
-        out["vllm"][run] = {"protocol": bench["protocol"], "summary": bench["summary"]}
-    return out
-
-
-# ---------------------------------------------------------------- formatting filters
-
-def _num(x):
-    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise ValueError(f"expected a number, got {x!r}")
-    return x
-
-
-def f3(x):
-    return f"{_num(x):.3f}"
-
-
-def f2(x):
-    return f"{_num(x):.2f}"
-
-
-def f1(x):
-    return f"{_num(x):.1f}"
-
-
-def pct(x):
-    """Fraction -> percent with one decimal."""
-    return f"{100 * _num(x):.1f}%"
-
-
-def signed_pct(x):
-    """Relative change (fraction) -> signed percent, e.g. +27.7%."""
-    return f"{100 * _num(x):+.1f}%"
-
-
-def signed_pp(x):
-    """Difference of two fractions -> signed percentage points."""
-    return f"{100 * _num(x):+.1f} pp"
-
-
-def signed(x, decimals=3):
-    return f"{_num(x):+.{decimals}f}"
-
-
-def thousands(x):
-    return f"{_num(x):,}"
-
-
-def sci(x):
-    """Learning-rate style: 0.0006 -> 6e-4."""
-    mant, exp = f"{_num(x):e}".split("e")
-    mant = mant.rstrip("0").rstrip(".")
-    return f"{mant}e{int(exp)}"
-
-
-def plain(x):
-    """Shortest exact form of a float (1.0, 0.5, 0.75)."""
-    return repr(float(_num(x)))
-
-
-def g(x):
-    """Compact general form (7.0 -> 7, 0.05 -> 0.05)."""
-    return f"{_num(x):g}"
-
-
-def times(x):
-    return f"{_num(x):.2f}×"
-
-
-INTERVAL_FORMATS = {"f3": f3, "f2": f2, "f1": f1, "pct": pct, "signed_pct": signed_pct, "times": times}
-
-
-def ci(est: Estimate | None, kind: str = "f3") -> str:
-    """An estimate and its 95% interval, both in format ``kind``: "2.156 [2.022, 2.308]"; "[n/a]"
-    when the results file has no interval, "n/a" when it lacks the figure itself."""
-    if est is None:
-        return "n/a"
-    fmt = INTERVAL_FORMATS[kind]
-    bounds = f"[{fmt(est.low)}, {fmt(est.high)}]" if est.has_interval else "[n/a]"
-    return f"{fmt(est.value)} {bounds}"
-
-
-def _env() -> Environment:
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
-                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters.update(f3=f3, f2=f2, f1=f1, pct=pct, signed_pct=signed_pct, signed_pp=signed_pp,
-                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci)
-    return env
-
 
 # ---------------------------------------------------------------- context
 
@@ -299,7 +108,7 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
         "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
         "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
         "al": s["acceptance_length"], "tps": s["tps"], "matches_baseline": s["matches_baseline"],
-        "near_ties": len(s.get("near_tie_divergences") or []), "tie_tolerance": s.get("tie_tolerance"),
+        "near_ties": len(s["near_tie_divergences"]), "tie_tolerance": s["tie_tolerance"],
         "is_ref": ckpt == COMPARE_TO,
         "pos": [None if e is None else e.value for e in pos_est],
         "cond": [None if e is None else e.value for e in cond_est],
@@ -415,7 +224,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
         "sampling": _sampling_rows(res, by_name, order, temperatures),
-        "boot": res["benchmark"]["domino"]["summary"].get("bootstrap"),
+        "boot": res["benchmark"]["domino"]["summary"]["bootstrap"],
         "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in order],
         "baseline_row": {"tps": estimate(res["benchmark"]["baseline"]["summary"], "tps")},
         "cfg": res["drafter_config"]["domino"],  # the verifier's shape, as the drafter was built for it
@@ -547,7 +356,7 @@ def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, prove
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
     res = load_results(Path(results_dir), checkpoints, vllm_runs, temperatures, replicates)
     ctx = _context(res, card_info, provenance, changes, temperatures, replicates)
-    env = _env()
+    env = environment(TEMPLATES)
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
     check_front_matter(card)
     repro = env.get_template("reproduction.md.j2").render(seed=_reproduction_rows(ctx), **ctx)

@@ -1,4 +1,4 @@
-"""The report stage: gathers the run's facts and provenance, then renders the card (``card.py``).
+"""The report stage: gathers the run's facts and provenance, then renders the card (``render.py``).
 
 Nothing gathered here names a local path: the card is meant to be published.
 """
@@ -6,17 +6,21 @@ Nothing gathered here names a local path: the card is meant to be published.
 from __future__ import annotations
 
 import csv
+import logging
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from .render import CardPaths, render_card, sampling_dir
+from .render import CardPaths, render_card
+from .results import sampling_dir
 from ..common import hardware
 from ..config import config_sha256, trained_runs, vllm_runs
 from ..io import read_json
 from .scale import public_name, run_settings, scale_statement, verifier_kind
-from ..train import aux_noise
+from ..batches import aux_noise
+
+logger = logging.getLogger(__name__)
 
 PACKAGES = ("domino-repro", "torch", "transformers", "tokenizers", "safetensors", "snakemake",
             "huggingface_hub", "jinja2", "matplotlib")
@@ -117,8 +121,8 @@ def optimizer_text(train: dict) -> str:
 
 
 def noise_text(train: dict) -> str:
-    """The training noise in words (``domino.train.aux_noise`` reads the config keys)."""
-    kind, scale = aux_noise(train["noise"], train["noise_scale"], train["noise_std"])
+    """The training noise in words (``domino.batches.aux_noise`` reads the config keys)."""
+    kind, scale = aux_noise(train["noise"], train["noise_scale"])
     return {"none": "none",
             "uniform": f"uniform in [−{scale:g}, {scale:g}]",
             "gaussian": f"Gaussian, standard deviation {scale:g}"}[kind]
@@ -195,7 +199,7 @@ def card_info(cfg: dict, results: Path) -> dict:
     }
 
 
-def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=None, log=print,
+def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=None,
                  repo: str | Path = ".") -> list[Path]:
     """The report stage: the card, the reproduction report and the plots (``out``: a ``CardPaths``
     or a folder).
@@ -209,5 +213,5 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
                         vllm_runs=served, checkpoints=ckpts, changes=changes,
                         temperatures=cfg["benchmark"].get("temperatures", [0]), replicates=cfg["train"]["replicates"])
     for p in paths:
-        log(f"wrote {p}")
+        logger.info("wrote %s", p)
     return paths

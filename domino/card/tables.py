@@ -2,8 +2,7 @@
 
 Conventions, stated once:
 
-* An ``Estimate`` is a figure with its 95% interval ``[low, high]``; ``low``/``high`` are None
-  when the results file predates intervals (the card prints "n/a" there).
+* An ``Estimate`` is a figure with its 95% interval ``[low, high]``.
 * Intervals recorded in a results file (``*_ci``, docs/results.md) are used as they are. The
   card derives a few more from the per-prompt records with ``domino.stats``, with the file's
   own bootstrap settings (``summary.bootstrap``: resamples, seed, level): the sum of the
@@ -31,32 +30,23 @@ from ..stats import implied_acceptance_length, ratio_of_sums
 
 class Estimate(NamedTuple):
     value: float
-    low: float | None = None
-    high: float | None = None
+    low: float
+    high: float
 
-    @property
-    def has_interval(self) -> bool:
-        return self.low is not None and self.high is not None
-
-    def excludes(self, x: float) -> bool | None:
-        """Whether the interval leaves out ``x``; None without an interval."""
-        return None if not self.has_interval else not (self.low <= x <= self.high)
+    def excludes(self, x: float) -> bool:
+        """Whether the interval leaves out ``x``."""
+        return not (self.low <= x <= self.high)
 
 
-def estimate(summary: dict, key: str) -> Estimate | None:
-    """``summary[key]`` with ``summary[key + "_ci"]`` when recorded; None when the key is absent."""
-    if summary.get(key) is None:
-        return None
-    bounds = summary.get(f"{key}_ci")
-    return Estimate(summary[key], *bounds) if bounds else Estimate(summary[key])
+def estimate(summary: dict, key: str) -> Estimate:
+    """``summary[key]`` with its recorded interval ``summary[key + "_ci"]``."""
+    return Estimate(summary[key], *summary[f"{key}_ci"])
 
 
 def position_estimates(summary: dict) -> list[Estimate]:
-    """Per-position acceptance a_i with its recorded interval (none on older files)."""
-    values, bounds = summary["per_position_acceptance"], summary.get("per_position_acceptance_ci")
-    if not bounds or len(bounds) != len(values):
-        return [Estimate(v) for v in values]
-    return [Estimate(v, *b) for v, b in zip(values, bounds)]
+    """Per-position acceptance a_i with its recorded interval."""
+    values, bounds = summary["per_position_acceptance"], summary["per_position_acceptance_ci"]
+    return [Estimate(v, *b) for v, b in zip(values, bounds, strict=True)]
 
 
 class Bootstrap(NamedTuple):
@@ -65,17 +55,14 @@ class Bootstrap(NamedTuple):
     level: float
 
 
-def bootstrap_settings(bench: dict) -> Bootstrap | None:
-    b = bench["summary"].get("bootstrap")
-    return Bootstrap(int(b["resamples"]), int(b["seed"]), float(b["level"])) if b else None
+def bootstrap_settings(bench: dict) -> Bootstrap:
+    b = bench["summary"]["bootstrap"]
+    return Bootstrap(int(b["resamples"]), int(b["seed"]), float(b["level"]))
 
 
-def _accepted(bench: dict) -> list[list[int]] | None:
-    """Accepted drafts per step, one list per prompt; None when the file keeps no per-prompt records."""
-    prompts = bench.get("prompts") or []
-    if not prompts or any("accepted_per_step" not in p for p in prompts):
-        return None
-    return [p["accepted_per_step"] for p in prompts]
+def _accepted(bench: dict) -> list[list[int]]:
+    """Accepted drafts per step, one list per prompt."""
+    return [p["accepted_per_step"] for p in bench["prompts"]]
 
 
 def _at_least(accepted: list[list[int]], k: int) -> np.ndarray:
@@ -85,11 +72,11 @@ def _at_least(accepted: list[list[int]], k: int) -> np.ndarray:
 
 def tail_estimate(bench: dict, start: int = 4) -> Estimate:
     """sum_{i >= start} a_i (the card's pos_4+): accepted drafts beyond ``start`` per step, with a
-    bootstrap interval from the per-prompt records when the file has them."""
+    bootstrap interval from the per-prompt records (a point interval when no prompt took a step)."""
     value = float(sum(bench["summary"]["per_position_acceptance"][start:]))
     accepted, boot = _accepted(bench), bootstrap_settings(bench)
-    if accepted is None or boot is None or not any(accepted):
-        return Estimate(value)
+    if not any(accepted):
+        return Estimate(value, value, value)
     beyond = np.array([sum(max(0, c - start) for c in p) for p in accepted], dtype=float)
     iv = ratio_of_sums(beyond, _at_least(accepted, 0), boot.resamples, boot.seed, boot.level)
     return Estimate(value, iv.low, iv.high)
@@ -105,8 +92,6 @@ def conditional_estimates(bench: dict) -> list[Estimate | None]:
     for i, c in enumerate(cond):
         if i > 0 and per_pos[i - 1] <= 0:
             out.append(None)
-        elif accepted is None or boot is None:
-            out.append(Estimate(c))
         else:
             iv = ratio_of_sums(_at_least(accepted, i + 1), _at_least(accepted, i), boot.resamples, boot.seed,
                                boot.level)
@@ -114,32 +99,19 @@ def conditional_estimates(bench: dict) -> list[Estimate | None]:
     return out
 
 
-# the per-prompt fields a paired comparison reads (the card keeps only these of each results file)
-PROMPT_KEYS = ("task_id", "prompt_token_ids", "accepted_per_step", "seconds", "plain_seconds")
-
-
-def _pairable(bench: dict) -> bool:
-    prompts = bench.get("prompts") or []
-    return bool(prompts) and all(k in p for p in prompts for k in PROMPT_KEYS) and bootstrap_settings(bench) is not None
-
-
 class Comparison(NamedTuple):
-    """A vs B as relative differences ``A / B - 1``; paired intervals when both files allow."""
+    """A vs B as relative differences ``A / B - 1`` with paired intervals."""
     acceptance_length: Estimate
     speedup: Estimate
 
 
 def compare(bench_a: dict, bench_b: dict) -> Comparison:
     """Paired bootstrap (``domino.bench.compare_checkpoints``) over the prompts both runs decoded, with
-    A's bootstrap settings; point estimates only when either file lacks per-prompt timings."""
-    if _pairable(bench_a) and _pairable(bench_b):
-        boot = bootstrap_settings(bench_a)
-        c = compare_checkpoints(bench_a, bench_b, boot.seed, boot.resamples)
-        return Comparison(Estimate(c.acceptance_length.estimate, c.acceptance_length.low, c.acceptance_length.high),
-                          Estimate(c.speedup.estimate, c.speedup.low, c.speedup.high))
-    sa, sb = bench_a["summary"], bench_b["summary"]
-    return Comparison(Estimate(sa["acceptance_length"] / sb["acceptance_length"] - 1),
-                      Estimate(sa["speedup"] / sb["speedup"] - 1))
+    A's bootstrap settings."""
+    boot = bootstrap_settings(bench_a)
+    c = compare_checkpoints(bench_a, bench_b, boot.seed, boot.resamples)
+    return Comparison(Estimate(c.acceptance_length.estimate, c.acceptance_length.low, c.acceptance_length.high),
+                      Estimate(c.speedup.estimate, c.speedup.low, c.speedup.high))
 
 
 # ---------------------------------------------------------------- teacher-forced vs served
@@ -163,8 +135,7 @@ class TeacherForcedVsServed:
     implied_al: float            # stats.implied_acceptance_length of the teacher-forced accuracies
     served_al: Estimate          # pooled acceptance length
     first_apart: PositionPair | None  # first position whose served interval leaves out the teacher-forced value
-    widest: PositionPair | None  # of those positions (of all, without intervals), the largest |gap|
-    intervals: bool              # served intervals available
+    widest: PositionPair | None  # of those positions, the largest |gap|
 
     @property
     def al_gap(self) -> float:
@@ -193,9 +164,7 @@ def teacher_forced_vs_served(validate: dict, bench: dict, served: list[Estimate 
         implied_al=implied_acceptance_length([p.teacher_forced for p in pairs]),
         served_al=estimate(bench["summary"], "acceptance_length"),
         first_apart=apart[0] if apart else None,
-        widest=max(apart if apart or any(p.served.has_interval for p in defined) else defined,
-                   key=lambda p: abs(p.gap), default=None),
-        intervals=any(p.served.has_interval for p in defined),
+        widest=max(apart, key=lambda p: abs(p.gap), default=None),
     )
 
 

@@ -54,7 +54,7 @@ def _card_verifier(seed: int):
 
 def _card_drafter(verifier, seed: int):
     d2t, t2d = mappings(torch.arange(CARD_DRAFTER["draft_vocab_size"]), verifier.config.vocab_size)
-    cfg = card_drafter_config(verifier.config, projector="domino")
+    cfg = card_drafter_config(verifier.config, projector="domino", shift_label=True)
     torch.manual_seed(seed)
     return Drafter.from_verifier(verifier, cfg, d2t, t2d).eval()
 
@@ -63,9 +63,9 @@ def _random_drafter(verifier, block_size: int, seed: int):
     V = verifier.config.vocab_size
     ids = torch.arange(0, V - 1, 2)[: V // 4]
     d2t, t2d = mappings(ids, V)
-    cfg = DrafterConfig.from_verifier(verifier.config, num_layers=1, block_size=block_size, aux_layer_ids=[1, 2, 3],
-                                      mask_token_id=V - 1, draft_vocab_size=len(ids), projector="domino",
-                                      gru_hidden_size=256, bottleneck_size=64)
+    cfg = DrafterConfig.schema_defaults(verifier.config, num_layers=1, block_size=block_size, aux_layer_ids=[1, 2, 3],
+                                        mask_token_id=V - 1, draft_vocab_size=len(ids), projector="domino",
+                                        shift_label=True, gru_hidden_size=256, bottleneck_size=64)
     torch.manual_seed(seed)
     return Drafter.from_verifier(verifier, cfg, d2t, t2d).eval()
 

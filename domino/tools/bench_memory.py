@@ -74,15 +74,16 @@ def measure(device: str, attn: str, projector: str, autocast: str | None, pack_l
     drafter.t2d.copy_(t2d)
     feats = _features(pack_len * (steps + 1), len(cfg.aux_layer_ids), cfg.hidden_size, cfg.target_vocab_size,
                       cfg.draft_vocab_size, docs=4 * (steps + 1), seed=seed)
-    tc = TrainConfig(epochs=1, anchors_per_row=anchors, pack_len=pack_len, warmup_steps=1, checkpoint_every=10**9,
-                     weighting="shifted" if projector == "domino" else "classic", seed=seed)
+    tc = TrainConfig.schema_defaults(epochs=1, anchors_per_row=anchors, pack_len=pack_len, warmup_steps=1,
+                                     checkpoint_every=10**9, seed=seed,
+                                     weighting="shifted" if projector == "domino" else "classic")
     dtype = DTYPES[autocast] if autocast else None
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        s = train(drafter, feats, tc, tmp, device, dtype, log=lambda m: None, max_steps=steps)
+        s = train(drafter, feats, tc, tmp, device, dtype, max_steps=steps)
         seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     trainable = [p for p in drafter.parameters() if p.requires_grad]

@@ -1,0 +1,90 @@
+"""The card's number formats, as Jinja filters: a missing value raises instead of rendering empty."""
+
+from __future__ import annotations
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from .tables import Estimate
+
+
+def _num(x):
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"expected a number, got {x!r}")
+    return x
+
+
+def f3(x):
+    return f"{_num(x):.3f}"
+
+
+def f2(x):
+    return f"{_num(x):.2f}"
+
+
+def f1(x):
+    return f"{_num(x):.1f}"
+
+
+def pct(x):
+    """Fraction -> percent with one decimal."""
+    return f"{100 * _num(x):.1f}%"
+
+
+def signed_pct(x):
+    """Relative change (fraction) -> signed percent, e.g. +27.7%."""
+    return f"{100 * _num(x):+.1f}%"
+
+
+def signed_pp(x):
+    """Difference of two fractions -> signed percentage points."""
+    return f"{100 * _num(x):+.1f} pp"
+
+
+def signed(x, decimals=3):
+    return f"{_num(x):+.{decimals}f}"
+
+
+def thousands(x):
+    return f"{_num(x):,}"
+
+
+def sci(x):
+    """Learning-rate style: 0.0006 -> 6e-4."""
+    mant, exp = f"{_num(x):e}".split("e")
+    mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{int(exp)}"
+
+
+def plain(x):
+    """Shortest exact form of a float (1.0, 0.5, 0.75)."""
+    return repr(float(_num(x)))
+
+
+def g(x):
+    """Compact general form (7.0 -> 7, 0.05 -> 0.05)."""
+    return f"{_num(x):g}"
+
+
+def times(x):
+    return f"{_num(x):.2f}×"
+
+
+INTERVAL_FORMATS = {"f3": f3, "f2": f2, "f1": f1, "pct": pct, "signed_pct": signed_pct, "times": times}
+
+
+def ci(est: Estimate | None, kind: str = "f3") -> str:
+    """An estimate and its 95% interval, both in format ``kind``: "2.156 [2.022, 2.308]"; "n/a"
+    for a figure the run has not (a draft position beyond its block)."""
+    if est is None:
+        return "n/a"
+    fmt = INTERVAL_FORMATS[kind]
+    return f"{fmt(est.value)} [{fmt(est.low)}, {fmt(est.high)}]"
+
+
+def environment(templates) -> Environment:
+    """A strict Jinja environment over the folder ``templates`` with every filter of this module."""
+    env = Environment(loader=FileSystemLoader(str(templates)), undefined=StrictUndefined,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters.update(f3=f3, f2=f2, f1=f1, pct=pct, signed_pct=signed_pct, signed_pp=signed_pp,
+                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci)
+    return env

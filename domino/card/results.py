@@ -1,0 +1,192 @@
+"""The results files the card reads, checked against their JSON Schemas as they are read.
+
+``results_schemas.yaml`` holds one JSON Schema per file (validate, train metrics and summary,
+the drafter config, benchmark and sampling, vLLM benchmark): ``required`` is what the card
+reads, ``properties`` every field the stage writes, with its meaning. ``load_results`` reads and
+checks every file of a run; a file that breaks its schema is refused with one line naming the
+file and the field. The field tables of docs/results.md are generated from the same schemas
+(``python -m domino.card.results`` prints them; a test keeps the document equal to them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from pathlib import Path
+
+import yaml
+
+from .. import io
+from ..config import split_replicate, trained_runs
+from ..io import read_json
+from .published import CHECKPOINTS
+
+SCHEMAS = Path(__file__).resolve().parent / "results_schemas.yaml"  # shipped inside the package
+
+
+@functools.lru_cache(maxsize=1)
+def schemas() -> dict:
+    """Every results file's JSON Schema, by kind (``validate``, ``benchmark``, ...)."""
+    return yaml.safe_load(SCHEMAS.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(kind: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(schemas()[kind])
+
+
+def check(obj, kind: str, path: Path | str):
+    """``obj`` if it is a valid ``kind`` file, else ValueError naming ``path`` and the first bad field."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"results file {path}: expected a JSON object, got {type(obj).__name__}")
+    errors = sorted(_validator(kind).iter_errors(obj),
+                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if not errors:
+        return obj
+    err = errors[0]
+    where = ".".join(str(p) for p in err.absolute_path)
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in err.instance]
+        field = ".".join(filter(None, (where, missing[0])))
+        raise ValueError(f"results file {path} lacks field {field}")
+    raise ValueError(f"results file {path}: {where or '(top level)'}: {' '.join(err.message.split())}")
+
+
+def _read(path: Path, kind: str) -> dict:
+    return check(read_json(path), kind, path)
+
+
+def read_benchmark(p: Path) -> dict:
+    """A benchmark or sampling results file: protocol, summary and, of the per-prompt records, the
+    fields a paired comparison reads (those the schema requires of a prompt record)."""
+    bench = _read(p, "benchmark")
+    keys = schemas()["benchmark"]["properties"]["prompts"]["items"]["required"]
+    prompts = [{k: r[k] for k in keys} for r in bench["prompts"]]
+    return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
+            "path": str(p), "prompts": prompts}
+
+
+def _one_protocol(runs: dict, what: str) -> None:
+    protocols = [b["protocol"] for b in runs.values()]
+    if any(p != protocols[0] for p in protocols):
+        paths = ", ".join(b["path"] for b in runs.values())
+        raise ValueError(f"{what} protocols differ between {paths}; the card needs one protocol")
+
+
+def sampling_dir(temperature: float) -> str:
+    """``results/sampling/`` folder of a temperature, as the workflow names it (``T0.6``)."""
+    return f"T{temperature:g}"
+
+
+def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
+    """Benchmark results of seed replicates 1 .. N-1 (runs ``<checkpoint>-seed<r>``), by run name."""
+    if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
+        raise ValueError(f"replicates must be a whole number >= 1, got {replicates!r}")
+    out = {}
+    for run in trained_runs(checkpoints, replicates):
+        ckpt, r = split_replicate(run)
+        if r == 0:
+            continue
+        try:
+            out[run] = read_benchmark(root / "benchmark" / f"{run}.json")
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{err} (seed replicate {r} of {ckpt}; train.replicates = {replicates})") from None
+    return out
+
+
+def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
+                 replicates: int = 1) -> dict:
+    """Read and check every results file the card needs; raise naming any missing or bad file.
+
+    ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
+    among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
+    ``results/vllm_benchmark/{run}.json``; "baseline" must be among them. ``temperatures``
+    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``.
+    ``replicates`` (``train.replicates``): for N > 1 the benchmark results of replicates 1 .. N-1,
+    ``results/benchmark/{checkpoint}-seed{r}.json``, go under ``"replicates"`` (replicate 0 is
+    the checkpoint's own file, under ``"benchmark"``)."""
+    root = Path(results_dir)
+    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
+           "sampling": {}, "replicates": _read_replicates(root, checkpoints, replicates)}
+    metric_keys = tuple(schemas()["train_metrics"]["required"])
+    for ckpt in checkpoints:
+        out["validate"][ckpt] = _read(root / "validate" / f"{ckpt}.json", "validate")
+        train = root / "train" / ckpt
+        metrics = io.read_jsonl(train / "metrics.jsonl", metric_keys)
+        for row in metrics:
+            check(row, "train_metrics", train / "metrics.jsonl")
+        out["metrics"][ckpt] = metrics
+        out["train_summary"][ckpt] = _read(train / "summary.json", "train_summary")
+        out["drafter_config"][ckpt] = _read(train / "checkpoint" / "drafter_config.json", "drafter_config")
+    for run in ("baseline", *checkpoints):
+        out["benchmark"][run] = read_benchmark(root / "benchmark" / f"{run}.json")
+    _one_protocol({**out["benchmark"], **out["replicates"]}, "benchmark")
+    for t in sorted(t for t in temperatures if t > 0):
+        runs = {run: read_benchmark(root / "sampling" / sampling_dir(t) / f"{run}.json")
+                for run in ("baseline", *checkpoints)}
+        _one_protocol(runs, f"sampling (T = {t:g})")
+        out["sampling"][t] = runs
+    if vllm_runs and "baseline" not in vllm_runs:
+        raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
+    for run in vllm_runs:
+        bench = _read(root / "vllm_benchmark" / f"{run}.json", "vllm_benchmark")
+        out["vllm"][run] = {"protocol": bench["protocol"], "summary": bench["summary"]}
+    return out
+
+
+# ---------------------------------------------------------------- the field tables of docs/results.md
+
+def _type(prop: dict, defs: dict) -> str:
+    if "$ref" in prop:
+        return _type(defs[prop["$ref"].rsplit("/", 1)[-1]], defs)
+    t = prop.get("type", "")
+    t = " or ".join(t) if isinstance(t, list) else t
+    if t == "array" and prop.get("minItems") == 2 == prop.get("maxItems"):
+        return "[low, high]"
+    if t == "array" and "items" in prop and "properties" not in prop["items"]:
+        return f"array of {_type(prop['items'], defs)}"
+    return t
+
+
+def field_rows(kind: str) -> list[tuple[str, str, bool, str]]:
+    """(field, type, read by the card, meaning) for every field of ``kind``, nested fields as
+    dotted paths (``summary.tps``; ``prompts[].task_id`` for a field of each record)."""
+    schema = schemas()[kind]
+    defs = schema.get("$defs", {})
+    rows = []
+
+    def walk(node: dict, prefix: str, required: set) -> None:
+        for name, prop in node.get("properties", {}).items():
+            path = f"{prefix}{name}"
+            ref = defs.get(prop.get("$ref", "").rsplit("/", 1)[-1], {})
+            desc = prop.get("description") or ref.get("description", "")
+            rows.append((path, _type(prop, defs), name in required, desc))
+            if "properties" in prop:
+                walk(prop, path + ".", set(prop.get("required", ())))
+            elif prop.get("type") == "array" and "properties" in prop.get("items", {}):
+                walk(prop["items"], path + "[].", set(prop["items"].get("required", ())))
+
+    walk(schema, "", set(schema.get("required", ())))
+    return rows
+
+
+def field_table(kind: str) -> str:
+    """The markdown table of ``kind``'s fields, as docs/results.md shows it."""
+    lines = ["| field | type | card | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{f}` | {t} | {'yes' if r else ''} | {d} |" for f, t, r, d in field_rows(kind)]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m domino.card.results",
+                                description="Print the field table of each results file, as docs/results.md shows it.")
+    p.add_argument("kinds", nargs="*", help=f"of {', '.join(schemas())} (default: all)")
+    a = p.parse_args(argv)
+    for kind in a.kinds or schemas():
+        print(f"<!-- fields: {kind} -->\n{field_table(kind)}\n<!-- /fields -->\n")
+
+
+if __name__ == "__main__":
+    main()
