@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from .verifier import AuxCapture
+from .aux import AuxCapture
 
 
 @dataclass

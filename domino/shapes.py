@@ -6,7 +6,7 @@
   (``config/card.yaml`` states the same values for the workflow; a test keeps them equal).
   The projector is left to the caller: the card trains DFlash and Domino drafters alike.
 
-Aux-layer ids follow the convention of ``domino.verifier.AuxCapture``.
+Aux-layer ids follow the convention of ``domino.aux.AuxCapture``.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ class _Lazy:
 
 
 bench_lib, card_lib, common, config_lib = _Lazy(".bench"), _Lazy(".card.render"), _Lazy(".common"), _Lazy(".config")
-data_lib, export_lib, features_lib = _Lazy(".data"), _Lazy(".export"), _Lazy(".features")
+data_lib, embedded_lib, export_lib = _Lazy(".data"), _Lazy(".embedded"), _Lazy(".export")
+features_lib = _Lazy(".features")
 io_lib, model_lib, report_lib = _Lazy(".io"), _Lazy(".model"), _Lazy(".card.report")
 train_lib, verifier_lib, vocab_lib = _Lazy(".train"), _Lazy(".verifier"), _Lazy(".vocab")
 transformers = _Lazy("transformers")
@@ -209,7 +210,7 @@ def tokenizer(cfg: StageConfig, out: str) -> None:
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
                                cfg["data.hub_split"])
     texts = (m["content"] for r in records for m in r["messages"])
-    tok = verifier_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
+    tok = embedded_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
     common.log(f"tokenizer with {len(tok)} tokens written to {out}")
 
 
@@ -229,8 +230,8 @@ def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary
 @stage("verifier", ("verifier.embedded",), {"tokenizer": "input", "train": "input", "out": "output"})
 def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
     rows = data_lib.read_jsonl(train)
-    s = verifier_lib.pretrain_embedded_verifier(rows, verifier_lib.load_tokenizer(tokenizer),
-                                                cfg.section("verifier.embedded"), out, cfg["seed"], log=common.log)
+    s = embedded_lib.pretrain_embedded_verifier(rows, verifier_lib.load_tokenizer(tokenizer),
+                                                cfg.section("verifier.embedded"), out, cfg["seed"])
     common.log(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
 
 
@@ -263,7 +264,7 @@ def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str
         model = verifier_lib.load_verifier(verifier, dtype, device)
     d2t, _ = vocab_lib.load_vocab(vocab)
     features_lib.extract(model, data_lib.read_jsonl(data), aux, vocab_lib.target_ids(d2t), index, f["batch_size"],
-                         f["shard_samples"], f["dtype"], log=common.log, backend=backend)
+                         f["shard_samples"], f["dtype"], backend=backend)
 
 
 @stage("train", ("device", "verifier.name", "drafter", "train", "checkpoints.{checkpoint}"),
@@ -343,7 +344,7 @@ _VLLM = ("device", "verifier.dtype", "vllm")
 def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str) -> None:
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out, log=common.log)
+    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out)
 
 
 @stage("vllm_benchmark", _VLLM, {"run": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
@@ -352,7 +353,7 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
                    out: str) -> None:
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out, log=common.log)
+    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out)
 
 
 # the card prints the run's whole configuration and its hash

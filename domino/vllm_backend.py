@@ -10,7 +10,7 @@ Three uses, each beside the project's own transformers code rather than instead 
 
 * ``VllmExtractor``: the verifier's aux hidden states through vLLM's ``extract_hidden_states``
   speculative method and ``domino.vllm_connector.SyncHiddenStatesConnector``. vLLM numbers
-  aux layers as this project does (``domino.verifier.AuxCapture``). The training target needs
+  aux layers as this project does (``domino.aux.AuxCapture``). The training target needs
   the *normed* last state, so
   the extractor asks for layer ``L`` as well and applies the verifier's final norm and the
   draft-vocabulary rows of its ``lm_head`` itself.

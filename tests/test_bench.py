@@ -11,7 +11,7 @@ from domino.tools import bench_paired
 from domino.bench import (Loaded, acceptance_fields, compare_checkpoints, divergence, lossless_check,
                           lossless_verdict, prompt_records, run_benchmark, speed_summary, timed_decodes)
 from domino.decode import NeuralDraft, greedy_decode
-from domino.verifier import build_embedded_verifier, train_tokenizer
+from domino.embedded import build_embedded_verifier, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 

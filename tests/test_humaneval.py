@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 import domino.bench as B
-from domino.verifier import build_embedded_verifier, train_tokenizer
+from domino.embedded import build_embedded_verifier, train_tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
          "for i in range(10):\n    print(i)\n"] * 20

@@ -23,7 +23,7 @@ from domino.sampling import (
     seeded_generator,
     speculative_sample_decode,
 )
-from domino.verifier import aux_states
+from domino.aux import aux_states
 from domino.vocab import mappings
 
 KINDS = [("dflash", True), ("dflash", False), ("domino", True)]
