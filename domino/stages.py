@@ -310,15 +310,21 @@ _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]"
 def benchmark(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
               outs: list[str]) -> None:
     """Greedy: every prompt plain and with each run's drafter, back to back in this one job."""
-    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0)
+    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
+                tie_tolerance=float(cfg["benchmark.tie_tolerance"]))
 
 
 def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
-                outs: list[str], temperature: float) -> None:
+                outs: list[str], temperature: float, top_p: float, tie_tolerance: float) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order."""
-    bench_lib.run_benchmark(cfg, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
-                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))}, log=common.log,
-                            temperature=temperature)
+    config = bench_lib.BenchmarkConfig(
+        device=cfg["device"], verifier_name=cfg["verifier.name"], verifier_dtype=cfg["verifier.dtype"],
+        enable_thinking=cfg["data.enable_thinking"], dataset=cfg["benchmark.dataset"],
+        max_prompts=cfg["benchmark.max_prompts"], max_new_tokens=cfg["benchmark.max_new_tokens"],
+        chat_template=cfg["benchmark.chat_template"], threads=cfg["benchmark.threads"], seed=cfg["seed"],
+        temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance)
+    bench_lib.run_benchmark(config, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
+                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))})
 
 
 @stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
@@ -334,7 +340,8 @@ def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str,
              baseline: str, outs: list[str]) -> None:
     """The benchmark at temperature T > 0: plain and speculative sampling of every prompt. Their
     tokens differ by design; losslessness is a property of the distribution (tests/test_sampling.py)."""
-    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature))
+    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature),
+                top_p=cfg["benchmark.top_p"], tie_tolerance=0.0)
 
 
 _VLLM = ("device", "verifier.dtype", "vllm")
