@@ -1,5 +1,5 @@
 """Helpers every part of the project shares: dtypes, the process set-up of a stage, the
-hardware description, data-parallel set-up and the log that goes to the terminal and a file.
+hardware description and data-parallel set-up.
 
 Nothing here knows about drafters, verifiers or the workflow; it is the neutral module that
 the library, the stage layer and the tools import.
@@ -7,11 +7,10 @@ the library, the stage layer and the tools import.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
-import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 
@@ -42,46 +41,9 @@ def hardware() -> str:
 
 
 def log(msg: str) -> None:
-    """One line of progress on stderr (the terminal, and the rule's log under Snakemake)."""
-    print(msg, file=sys.stderr, flush=True)
-
-
-class _Tee:
-    """A text stream that writes to the terminal's stream and to a log file."""
-
-    def __init__(self, stream, fh):
-        self.stream, self.fh = stream, fh
-
-    def write(self, text: str) -> int:
-        self.fh.write(text)
-        self.fh.flush()
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.fh.flush()
-        self.stream.flush()
-
-    def isatty(self) -> bool:
-        return False  # progress bars print plain lines: a log file holds no cursor movements
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
-
-
-@contextmanager
-def tee_output(log_path: str | Path | None):
-    """Send stdout and stderr both to the terminal and to ``log_path`` (overwritten)."""
-    if not log_path:
-        yield
-        return
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", encoding="utf-8") as fh:
-        old = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(old[0], fh), _Tee(old[1], fh)
-        try:
-            yield
-        finally:
-            sys.stdout, sys.stderr = old
+    """The ``log`` callable the stage layer hands to a library function that takes one: the
+    line goes to the ``domino`` logger at INFO, where the stage's handlers pick it up."""
+    logging.getLogger("domino").info(msg)
 
 
 def world_size() -> int:

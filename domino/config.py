@@ -11,6 +11,7 @@ import argparse
 import copy
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 
@@ -102,6 +103,7 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
         raise ConfigError(f"(top level): {type(config).__name__} has the wrong type "
                           "(allowed: a mapping of config keys)")
     cfg = copy.deepcopy(dict(config))
+    _refuse_non_finite(cfg)
     schema = schema or load_schema()
     validator = _with_defaults(Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
@@ -113,6 +115,19 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
         _check_overrides(cfg, name, validator, facts)
     cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
     return cfg
+
+
+def _refuse_non_finite(node, path=()) -> None:
+    """NaN and infinity pass every ``minimum`` and ``maximum`` of a schema (each comparison with
+    NaN is false), and YAML reads ``.nan`` and ``.inf`` as numbers: refuse them by key."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _refuse_non_finite(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _refuse_non_finite(v, (*path, i))
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"{_key(path)}: {node!r} is not a finite number (allowed: finite numbers)")
 
 
 def _check_overrides(cfg: dict, name: str, validator, facts: dict | None) -> None:

@@ -18,38 +18,30 @@ Path roles: ``input`` and ``output`` are the rule's files of that name, ``param`
 rule computes (a path: the verifier may be a hub id; or the run names), ``wildcard`` the rule's
 wildcard of that name. A role ending in ``[]`` is a list, one value per run, in the same order
 as the other lists of the stage. Every entry function takes the config and its paths by the same names.
+
+The Snakefile imports this module to build every rule, and a job pays only for the libraries
+its own stage uses: each entry function imports what it calls, so importing this module loads
+neither torch nor transformers.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from .config import split_replicate
 
-class _Lazy:
-    """A module imported on first use. The Snakefile reads the declarations of this module to
-    build every rule, and a light stage (the tokenizer, the report) should not pay for torch and
-    transformers: each job imports only the library modules its entry function calls."""
+if TYPE_CHECKING:
+    import torch
 
-    def __init__(self, name: str):
-        self._name = name
+    from .train import TrainConfig
 
-    def __getattr__(self, attr):
-        return getattr(importlib.import_module(self._name, __package__), attr)
-
-
-bench_lib, card_lib, common, config_lib = _Lazy(".bench"), _Lazy(".card.render"), _Lazy(".common"), _Lazy(".config")
-data_lib, embedded_lib, export_lib = _Lazy(".data"), _Lazy(".embedded"), _Lazy(".export")
-features_lib = _Lazy(".features")
-io_lib, model_lib, report_lib = _Lazy(".io"), _Lazy(".model"), _Lazy(".card.report")
-train_lib, verifier_lib, vocab_lib = _Lazy(".train"), _Lazy(".verifier"), _Lazy(".vocab")
-transformers = _Lazy("transformers")
-torch = _Lazy("torch")
+logger = logging.getLogger(__name__)
 
 
 class UndeclaredKey(KeyError):
@@ -65,80 +57,72 @@ class Stage:
     run: Callable
     reads: tuple[str, ...]  # dotted config keys; "{wildcard}" stands for the job's wildcard
     paths: dict[str, str] = field(default_factory=dict)  # argument -> input | output | param | wildcard
-    reads_when: Callable[[dict], tuple[str, ...]] | None = None  # keys read only in some configs
+    reads_when: Callable[[dict], tuple[str, ...]] | None = None  # the config -> keys read only in some configs
 
     def keys(self, config: dict, wildcards: Mapping[str, str] | None = None) -> list[str]:
         """The declared keys of this job, wildcards filled in; a seed replicate
         (``domino-seed1``) reads the entry of its checkpoint (``checkpoints.domino``)."""
-        if "*" in self.reads:
-            return ["*"]
         extra = self.reads_when(config) if self.reads_when else ()
-        fill = {k: config_lib.split_replicate(v)[0] if k == "checkpoint" else v for k, v in (wildcards or {}).items()}
+        fill = {k: split_replicate(v)[0] if k == "checkpoint" else v for k, v in (wildcards or {}).items()}
         return [k.format(**fill) for k in (*self.reads, *extra)]
 
 
-def _lookup(config: Mapping, key: str):
-    node = config
-    for part in key.split("."):
-        node = node[part]
-    return node
-
-
-# Keys that say which jobs exist, not what one job computes: no job but the report (which reads
-# the whole config) is given them, so raising train.replicates adds the replicates' jobs and
-# reruns no training that exists.
+# Keys that say which jobs exist, not what one job computes: a job is given one only when its
+# stage declares that key by name (the report does), never as part of a declared section, so
+# raising train.replicates adds the replicates' jobs and reruns no training that exists.
 JOB_SET_KEYS = ("train.replicates",)
+
+
+def _under(path: str, declared: list[str]) -> bool:
+    """Whether ``path`` is a declared key, lies inside one, or is a section holding one."""
+    if path in JOB_SET_KEYS:
+        return path in declared
+    return any(path == d or path.startswith(d + ".") or d.startswith(path + ".") for d in declared)
 
 
 def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = None) -> str:
     """The job's declared keys and their values, as JSON: the rule's ``params:`` entry."""
     declared = STAGES[name].keys(config, wildcards)
-    if declared == ["*"]:
-        return json.dumps({"declared": declared, "values": config}, sort_keys=True)
     values: dict = {}
     for key in declared:
         *parents, last = key.split(".")
-        node = values
+        node, source = values, config
         for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = copy.deepcopy(_lookup(config, key))
+            node, source = node.setdefault(part, {}), source[part]
+        node[last] = copy.deepcopy(source[last])
     for key in JOB_SET_KEYS:
-        section, last = key.rsplit(".", 1)
-        values.get(section, {}).pop(last, None)
+        if key not in declared:
+            section, last = key.rsplit(".", 1)
+            values.get(section, {}).pop(last, None)
     return json.dumps({"declared": declared, "values": values}, sort_keys=True)
 
 
 class StageConfig(Mapping):
     """Read-only view of one job's config values that records what the stage reads.
 
-    ``cfg["train.lr"]`` and ``cfg["train"]["lr"]`` both work; a value is counted as read when a
-    plain value (or a whole section, through ``section``) is taken. Any key outside the
-    declaration raises ``UndeclaredKey``, also through ``get``.
+    The stage layer reads a value by its dotted key, ``cfg["train.lr"]``, and a whole section
+    as a plain dict with ``cfg.section("train")``. A section taken with ``cfg["train"]`` is a
+    view of the same kind, so that a library function written for the nested config dict
+    (``p["vllm"]["memory_fraction"]``) takes a ``StageConfig`` as it is. A value is counted as
+    read when a plain value or a whole section is taken. Any key outside the declaration raises
+    ``UndeclaredKey``, also through ``get``.
     """
 
     def __init__(self, values: dict, declared: list[str], prefix: str = "", reads: set | None = None):
         self._values, self._declared, self._prefix = values, declared, prefix
         self.reads = set() if reads is None else reads
 
-    def _path(self, key: str) -> str:
-        return f"{self._prefix}{key}"
-
-    def _check(self, path: str) -> None:
-        if self._declared == ["*"]:
-            return
-        if path in JOB_SET_KEYS:
-            raise UndeclaredKey(f"config key {path!r} says which jobs run; a job is not given it (domino/stages.py)")
-        if not any(path == d or path.startswith(d + ".") or d.startswith(path + ".") for d in self._declared):
+    def __getitem__(self, key: str):
+        path = self._prefix + key
+        if not _under(path, self._declared):
+            if path in JOB_SET_KEYS:
+                raise UndeclaredKey(f"config key {path!r} says which jobs run; a job is not given it "
+                                    "unless its stage declares it by name (domino/stages.py)")
             raise UndeclaredKey(f"config key {path!r} is read by this stage but not declared in "
                                 f"domino/stages.py (declared: {', '.join(self._declared)})")
-
-    def __getitem__(self, key: str):
-        if "." in key:
-            head, rest = key.split(".", 1)
-            return self[head][rest]
-        path = self._path(key)
-        self._check(path)
-        value = self._values[key]
+        value = self._values
+        for part in key.split("."):
+            value = value[part]
         if isinstance(value, dict):
             return StageConfig(value, self._declared, path + ".", self.reads)
         self.reads.add(path)
@@ -152,15 +136,12 @@ class StageConfig(Mapping):
         except KeyError:
             return default
 
-    def section(self, key: str) -> dict:
-        """A whole section as a plain dict (counted as read in full); ``"*"``: the whole config."""
-        if key == "*" and self._declared == ["*"]:
-            self.reads.add("*")
-            return json.loads(json.dumps(self._values))
+    def section(self, key: str):
+        """A whole section as a plain dict, counted as read in full (a plain value as it is)."""
         value = self[key]
         if isinstance(value, StageConfig):
             self.reads.add(value._prefix[:-1])
-            return json.loads(json.dumps(value._values))
+            return copy.deepcopy(value._values)
         return value
 
     def __iter__(self):
@@ -179,9 +160,11 @@ def unread(declared: list[str], reads: set[str]) -> list[str]:
 
 def run_stage(name: str, config_json: dict, paths: dict) -> None:
     """Run one stage's entry function on its declared config values and its paths."""
+    from .common import setup_process
+
     declared = config_json["declared"]
     cfg = StageConfig(config_json["values"], declared)
-    common.setup_process(cfg["seed"], cfg["threads"])
+    setup_process(cfg["seed"], cfg["threads"])
     STAGES[name].run(cfg, **paths)
     record = os.environ.get("DOMINO_CONFIG_READS")
     if record:
@@ -207,49 +190,61 @@ def stage(name: str, reads: tuple[str, ...], paths: dict[str, str], reads_when=N
 
 @stage("tokenizer", (*_CORPUS, "verifier.embedded.vocab_size"), {"out": "output"})
 def tokenizer(cfg: StageConfig, out: str) -> None:
+    from . import data as data_lib, embedded as embedded_lib
+
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
                                cfg["data.hub_split"])
     texts = (m["content"] for r in records for m in r["messages"])
     tok = embedded_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
-    common.log(f"tokenizer with {len(tok)} tokens written to {out}")
+    logger.info(f"tokenizer with {len(tok)} tokens written to {out}")
 
 
 @stage("prepare_data", (*_CORPUS, "data.seq_len", "data.val_fraction", "data.enable_thinking"),
        {"tokenizer": "param", "train": "output", "val": "output", "summary": "output"})
 def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary: str) -> None:
+    from . import data as data_lib, verifier as verifier_lib
+
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
-                               cfg["data.hub_split"])
+                                   cfg["data.hub_split"])
     rows = data_lib.prepare_records(verifier_lib.load_tokenizer(tokenizer), records, cfg["data.seq_len"],
-                                cfg["data.val_fraction"], cfg["seed"], _template_kwargs(cfg))
+                                    cfg["data.val_fraction"], cfg["seed"], _template_kwargs(cfg))
     s = data_lib.write_prepared(rows, train, val, summary, corpus=cfg["data.corpus"], samples=len(records),
-                            seq_len=cfg["data.seq_len"])
-    common.log(f"{s['train']} train / {s['val']} val conversations, {s['tokens']} tokens "
-               f"({s['assistant_tokens']} assistant)")
+                                seq_len=cfg["data.seq_len"])
+    logger.info(f"{s['train']} train / {s['val']} val conversations, {s['tokens']} tokens "
+                f"({s['assistant_tokens']} assistant)")
 
 
 @stage("verifier", ("verifier.embedded",), {"tokenizer": "input", "train": "input", "out": "output"})
 def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
+    from . import data as data_lib, embedded as embedded_lib, verifier as verifier_lib
+
     rows = data_lib.read_jsonl(train)
     s = embedded_lib.pretrain_embedded_verifier(rows, verifier_lib.load_tokenizer(tokenizer),
                                                 cfg.section("verifier.embedded"), out, cfg["seed"])
-    common.log(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
+    logger.info(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
 
 
 @stage("draft_vocab", ("drafter.draft_vocab_size",),
        {"verifier": "param", "train": "input", "vocab": "output", "summary": "output"})
 def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary: str) -> None:
+    import transformers
+
+    from . import data as data_lib, verifier as verifier_lib, vocab as vocab_lib
+
     model_config = transformers.AutoConfig.from_pretrained(verifier)
     always = verifier_lib.eos_ids(verifier_lib.load_tokenizer(verifier), model_config)
     s = vocab_lib.build_draft_vocab(data_lib.read_jsonl(train), model_config.vocab_size,
                                     cfg["drafter.draft_vocab_size"], always, vocab, summary)
-    common.log(f"draft vocab {s['draft_vocab_size']} of {s['target_vocab_size']}: "
-               f"covers {s['assistant_token_coverage']:.1%} of assistant tokens")
+    logger.info(f"draft vocab {s['draft_vocab_size']} of {s['target_vocab_size']}: "
+                f"covers {s['assistant_token_coverage']:.1%} of assistant tokens")
 
 
 @stage("extract_hidden_states", ("device", "verifier.dtype", "drafter.aux_layer_ids", "features"),
        {"verifier": "param", "vocab": "input", "data": "input", "index": "output"},
        reads_when=lambda c: ("vllm.memory_fraction",) if c["features"]["backend"] == "vllm" else ())
 def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str, index: str) -> None:
+    from . import common, data as data_lib, features as features_lib, verifier as verifier_lib, vocab as vocab_lib
+
     f, aux, dtype = cfg.section("features"), cfg["drafter.aux_layer_ids"], cfg["verifier.dtype"]
     device = common.check_device(cfg["device"])
     backend = None
@@ -272,6 +267,11 @@ def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str
         "checkpoint_dir": "param", "metrics": "output", "summary": "output", "state_dir": "param"})
 def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features: str, checkpoint_dir: str,
           metrics: str, summary: str, state_dir: str) -> None:
+    import torch
+
+    from . import common, features as features_lib, model as model_lib, train as train_lib
+    from . import verifier as verifier_lib, vocab as vocab_lib
+
     model = verifier_lib.load_verifier(verifier, "float32", "cpu")
     fields = drafter_fields(cfg, checkpoint, verifier_lib.load_tokenizer(verifier))
     dcfg = model_lib.DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"], **fields)
@@ -285,19 +285,21 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     with common.distributed(common.check_device(cfg["device"])) as device:
         s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, log=common.log)
     if s.get("rank", 0) == 0:
-        common.log(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, "
-                   f"final loss {s['final_loss']:.4f}")
+        logger.info(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, "
+                    f"final loss {s['final_loss']:.4f}")
 
 
 @stage("validate", ("device", "train", "checkpoints.{checkpoint}"),
        {"checkpoint": "wildcard", "checkpoint_dir": "param", "features": "input", "out": "output"})
 def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: str, out: str) -> None:
+    from . import common, features as features_lib, io as io_lib, model as model_lib, train as train_lib
+
     tcfg, autocast = train_config(cfg, checkpoint)
     res = train_lib.validate(model_lib.Drafter.load(checkpoint_dir), features_lib.load_features(features), tcfg,
                              common.check_device(cfg["device"]), autocast)
     io_lib.write_json(out, {**res, "checkpoint": checkpoint})
     acc = [f"{s['final_acc']:.3f}" for s in res["per_slot"]]
-    common.log(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
+    logger.info(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
 
 
 _BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.dataset",
@@ -317,6 +319,8 @@ def benchmark(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs:
 def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
                 outs: list[str], temperature: float, top_p: float, tie_tolerance: float) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order."""
+    from . import bench as bench_lib
+
     config = bench_lib.BenchmarkConfig(
         device=cfg["device"], verifier_name=cfg["verifier.name"], verifier_dtype=cfg["verifier.dtype"],
         enable_thinking=cfg["data.enable_thinking"], dataset=cfg["benchmark.dataset"],
@@ -329,10 +333,13 @@ def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dir
 
 @stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
 def export(cfg: StageConfig, checkpoint_dir: str, out: str) -> None:
+    from . import export as export_lib
+
     # the verifier's name goes into the export's config; its dtype is the exported weights' dtype
     c = export_lib.export_speculators(checkpoint_dir, out, cfg["verifier.name"], dtype=cfg["verifier.dtype"])
-    common.log(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
-               f"{c['speculators_config']['proposal_methods'][0]['speculative_tokens']} speculative tokens, {c['dtype']})")
+    tokens = c["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
+    logger.info(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
+                f"{tokens} speculative tokens, {c['dtype']})")
 
 
 @stage("sampling", (*_BENCHMARK, "benchmark.top_p"), {"temperature": "wildcard", **_DECODED})
@@ -363,11 +370,20 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
     run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out)
 
 
-# the card prints the run's whole configuration and its hash
-@stage("report", ("*",), {"results": "param", "stage_benchmarks": "param", "card": "output",
-                          "reproduction": "output"})
+# The card prints the run's whole configuration and its hash: the report reads every top-level
+# key, and the replicate count by name (the card's replicates section).
+_WHOLE_CONFIG = ("device", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark", "vllm",
+                 "report")
+
+
+@stage("report", (*_WHOLE_CONFIG, "train.replicates"), {"results": "param", "stage_benchmarks": "param",
+                                                        "card": "output", "reproduction": "output"})
 def report_(cfg: StageConfig, results: str, stage_benchmarks: str, card: str, reproduction: str) -> None:
-    report_lib.build_report(cfg.section("*"), results, card_lib.CardPaths(card, reproduction), stage_benchmarks,
+    from . import common
+    from .card import render as card_lib, report as report_lib
+
+    config = {key: cfg.section(key) for key in (*_RUN, *_WHOLE_CONFIG)}
+    report_lib.build_report(config, results, card_lib.CardPaths(card, reproduction), stage_benchmarks,
                             log=common.log)
 
 
@@ -383,7 +399,7 @@ def _template_kwargs(cfg: StageConfig) -> dict:
 
 def checkpoint_entry(cfg: StageConfig, run: str) -> dict:
     """The ``checkpoints:`` entry of ``run``: a checkpoint's own, or its seed replicate's checkpoint's."""
-    return cfg.section(f"checkpoints.{config_lib.split_replicate(run)[0]}")
+    return cfg.section(f"checkpoints.{split_replicate(run)[0]}")
 
 
 def overridden(cfg: StageConfig, run: str, section: str) -> dict:
@@ -391,14 +407,16 @@ def overridden(cfg: StageConfig, run: str, section: str) -> dict:
     return {**cfg.section(section), **checkpoint_entry(cfg, run).get(section, {})}
 
 
-def train_config(cfg: StageConfig, run: str) -> tuple[train_lib.TrainConfig, torch.dtype | None]:
+def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype | None]:
     """The run's ``TrainConfig`` and its autocast dtype (None: no autocast). Seed replicate r
     trains with seed + r: its own initialisation, data order, anchors and noise."""
+    from . import common, train as train_lib
+
     t = overridden(cfg, run, "train")
     autocast = common.DTYPES[t["autocast"]] if t["autocast"] else None
     kept = {k: v for k, v in t.items() if k not in ("autocast", "nproc_per_node")}
     kept["betas"] = tuple(kept["betas"])
-    seed = cfg["seed"] + config_lib.split_replicate(run)[1]
+    seed = cfg["seed"] + split_replicate(run)[1]
     return train_lib.TrainConfig(seed=seed, weighting=checkpoint_entry(cfg, run)["weighting"], **kept), autocast
 
 
@@ -409,6 +427,8 @@ DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size",
 
 def drafter_fields(cfg: StageConfig, run: str, tokenizer) -> dict:
     """A run's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
+    from . import verifier as verifier_lib
+
     d = overridden(cfg, run, "drafter")
     kind = checkpoint_entry(cfg, run)
     return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],

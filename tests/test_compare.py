@@ -55,3 +55,15 @@ def test_a_card_table_value_outside_timing_columns_differs(tmp_path):
     card.write_text(card.read_text().replace("| Domino | 2.10 |", "| Domino | 2.20 |"))
     (diff,) = compare.compare_runs(a, b)
     assert diff.startswith("reports/model_card.md differs: tables differ in 1 rows")
+
+
+def test_a_directory_that_holds_no_run_is_refused_in_one_line(tmp_path):
+    a = make_run(tmp_path / "a")
+    with pytest.raises(SystemExit, match=r"nowhere has no results/ folder"):
+        compare.main([str(a), str(tmp_path / "nowhere")])
+
+
+def test_a_card_in_one_run_only_differs(tmp_path):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b")
+    (b / "reports" / "model_card.md").unlink()
+    assert compare.compare_runs(a, b) == ["reports/model_card.md only in A"]

@@ -95,3 +95,28 @@ def test_documented_command_runs(doc, cmd, repo):
     out = subprocess.run([sys.executable, "-m", module, *args], cwd=repo, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, f"{doc}: {cmd}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+
+
+def code_map() -> set[str]:
+    """The paths under ``domino/`` that the README's code map lists: a role line with no indent
+    (a folder when it ends in ``/``), then one indented line per module."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^## Code map\n.*?```text\n(.*?)```", text, re.S | re.M).group(1)
+    listed, folder = set(), ""
+    for line in block.splitlines():
+        first = line.split()[0] if line.strip() else ""
+        if not line.startswith(" "):
+            folder = first if first.endswith("/") else ""
+        elif first:
+            listed.add(folder + first)
+    return listed
+
+
+def test_code_map_lists_every_module():
+    """The README's code map and ``ls domino/`` agree: a module added, moved or removed without
+    its line in the map fails here, and so does a line naming nothing."""
+    pkg = ROOT / "domino"
+    modules = {str(p.relative_to(pkg)) for p in pkg.rglob("*.py") if p.name != "__init__.py"}
+    listed = code_map()
+    assert {m for m in listed if m.endswith(".py")} == modules
+    assert all((pkg / m).exists() for m in listed), [m for m in listed if not (pkg / m).exists()]

@@ -56,11 +56,22 @@ def test_keys_read_only_in_some_configs_are_declared_there_only():
 
 def test_reading_an_undeclared_key_raises_naming_it():
     cfg = StageConfig({"seed": 0, "data": {"corpus": "python-stdlib"}}, ["seed", "data.corpus"])
-    assert cfg["data.corpus"] == "python-stdlib" and cfg["data"]["corpus"] == "python-stdlib"
+    assert cfg["data.corpus"] == "python-stdlib"
     with pytest.raises(UndeclaredKey, match=r"config key 'data.samples' is read by this stage but not declared"):
-        cfg["data"]["samples"]
+        cfg["data.samples"]
     with pytest.raises(UndeclaredKey, match=r"'threads'"):
         cfg.get("threads", 2)  # a default does not hide an undeclared key
+
+
+def test_a_library_function_reads_a_stage_config_as_the_nested_dict():
+    """The vLLM benchmark indexes the config as nested dicts; the same declaration holds
+    there, and what it reads is recorded under its dotted key."""
+    cfg = StageConfig({"seed": 0, "data": {"corpus": "python-stdlib"}}, ["seed", "data.corpus"])
+    assert cfg["data"]["corpus"] == "python-stdlib" and cfg.reads == {"data.corpus"}
+    with pytest.raises(UndeclaredKey, match=r"'data.samples'"):
+        cfg["data"]["samples"]
+    with pytest.raises(UndeclaredKey):
+        cfg["data"].get("samples")  # a default does not hide it here either
 
 
 def test_what_was_read_is_recorded_and_unread_keys_are_found():
@@ -72,10 +83,23 @@ def test_what_was_read_is_recorded_and_unread_keys_are_found():
     assert "train" in cfg.reads
 
 
-def test_the_report_reads_the_whole_config():
+def test_the_report_declares_every_top_level_key_and_gets_the_whole_config():
+    """The card prints the run's whole configuration and its hash: the report declares each
+    top-level key of the schema (a new section must be added there), and the replicate count by
+    name, the one stage given it."""
+    schema = yaml.safe_load((ROOT / "domino" / "config.schema.yaml").read_text())
+    top = [k for k in STAGES["report"].reads if "." not in k]
+    assert sorted(top) == sorted(schema["properties"]) and "train.replicates" in STAGES["report"].reads
     sent = json.loads(stage_config("report", CONFIG))
-    assert sent == {"declared": ["*"], "values": CONFIG}
-    assert StageConfig(sent["values"], sent["declared"]).section("*") == CONFIG
+    assert sent["values"] == CONFIG
+    cfg = StageConfig(sent["values"], sent["declared"])
+    assert {k: cfg.section(k) for k in top} == CONFIG
+    assert unread(sent["declared"], cfg.reads) == []
+    for name in STAGES:  # no other stage is given the replicate count, even with its section
+        if name != "report":
+            sent = json.loads(stage_config(name, CONFIG, {"checkpoint": "domino", "temperature": "1.0",
+                                                          "run": "domino"}))
+            assert "replicates" not in sent["values"].get("train", {}), name
 
 
 def test_every_stage_has_a_rule_of_the_same_name():
@@ -109,9 +133,88 @@ def test_every_entry_function_takes_the_config_and_the_declared_paths_by_name():
 
 
 def test_reading_the_declarations_imports_no_heavy_library():
-    """The Snakefile imports domino.stages to build every rule: torch, transformers and matplotlib
-    load only when a job runs its stage."""
-    code = ("import sys, domino.stages; "
+    """The Snakefile imports domino.stages to build every rule, and ``python -m domino`` parses
+    its arguments from the same declarations: torch, transformers and matplotlib load only when a
+    job runs its stage (each entry function imports what it calls)."""
+    code = ("import sys, domino.stages, domino.__main__; domino.__main__.parser(); "
             "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+RUN_ONLY = json.dumps({"declared": ["seed", "threads"], "values": {"seed": 0, "threads": 1}})  # a stage's own keys
+
+
+def _talking_stage(cfg, out):
+    """A stage that reports in every way a stage does: a module logger, the ``log`` callable, a
+    warning and a progress bar."""
+    import logging
+    import warnings
+
+    from tqdm import tqdm
+
+    from domino import common
+
+    logging.getLogger("domino.talking").info("a module logger's line")
+    logging.getLogger("domino.talking").debug("a debug line")
+    common.log("a line through common.log")
+    logging.getLogger("some_library").info("another library's info line")
+    warnings.warn("a warning", UserWarning)
+    for _ in tqdm(range(3), desc="a progress bar"):
+        pass
+    with open(out, "w") as fh:
+        fh.write("done")
+
+
+@pytest.fixture
+def in_process():
+    """``main()`` switches torch's deterministic kernels on for the whole process: back as found."""
+    import torch
+
+    det = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(det[0], warn_only=det[1])
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_stage_logs_to_the_terminal_and_its_log_file(tmp_path, monkeypatch, capsys, in_process, rank):
+    """The messages go to stderr and the --log file (rank 0 alone writes it under torchrun); the
+    progress bar to the terminal only; the handlers are gone after the run."""
+    import logging
+
+    from domino.__main__ import main
+    from domino.stages import Stage
+
+    monkeypatch.setitem(STAGES, "talking", Stage("talking", _talking_stage, ("seed", "threads"), {"out": "output"}))
+    monkeypatch.setenv("RANK", rank)
+    handlers = list(logging.getLogger().handlers)
+    log = tmp_path / "logs" / "talking.log"
+    main(["talking", "--config", RUN_ONLY, "--out", str(tmp_path / "out"), "--log", str(log)])
+    err = capsys.readouterr().err
+    lines = ("a module logger's line", "a line through common.log", "a warning")
+    assert all(line in err for line in lines) and "a progress bar" in err, err
+    assert "a debug line" not in err and "another library's info line" not in err
+    assert logging.getLogger().handlers == handlers
+    if rank != "0":
+        assert not log.exists()
+        return
+    text = log.read_text()
+    assert all(line in text for line in lines) and "a progress bar" not in text, text
+    assert "a debug line" not in text and "another library's info line" not in text
+
+
+def test_an_error_is_one_line_on_the_terminal_and_in_the_log(tmp_path, monkeypatch, capsys, in_process):
+    from domino.__main__ import main
+    from domino.stages import Stage
+
+    def failing(cfg, out):
+        raise ValueError("no such thing")
+
+    monkeypatch.setitem(STAGES, "failing", Stage("failing", failing, ("seed", "threads"), {"out": "output"}))
+    monkeypatch.delenv("DOMINO_TRACEBACK", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit, match="^1$"):
+        main(["failing", "--config", RUN_ONLY, "--out", str(tmp_path / "out"), "--log", str(tmp_path / "failing.log")])
+    line = "domino failing: ValueError: no such thing"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == line
+    assert (tmp_path / "failing.log").read_text().strip().endswith(line)

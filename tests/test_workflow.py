@@ -113,7 +113,7 @@ def test_every_stage_reads_exactly_the_keys_it_declares(micro_run):
     for stage, recs in by_stage.items():
         for rec in recs:  # each job received exactly its declaration
             wildcard_free = [k for k in STAGES[stage].reads if "{" not in k]
-            assert set(wildcard_free) <= set(rec["declared"]) or rec["declared"] == ["*"], (stage, rec)
+            assert set(wildcard_free) <= set(rec["declared"]), (stage, rec)
         # a key is never read when every job that declared it left it unread (a wildcard key such
         # as checkpoints.{checkpoint} is declared by one job each)
         declared_by, unread_by = Counter(), Counter()

@@ -71,7 +71,9 @@ def _compare(a: Path, b: Path) -> RunComparison:
         if not same:
             diffs.append(f"{rel} differs")
     ca, cb = a / "reports" / "model_card.md", b / "reports" / "model_card.md"
-    if ca.exists() and cb.exists():
+    if ca.exists() != cb.exists():
+        diffs.append(f"reports/model_card.md only in {'A' if ca.exists() else 'B'}")
+    elif ca.exists():
         ta, tb = card_tables(ca.read_text()), card_tables(cb.read_text())
         if ta != tb:
             bad = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
@@ -85,6 +87,10 @@ def main(argv=None) -> None:
     p.add_argument("run_a", help="a workflow run directory (with results/ and reports/)")
     p.add_argument("run_b", help="another one")
     a = p.parse_args(argv)
+    for run in (a.run_a, a.run_b):
+        if not (Path(run) / "results").is_dir():
+            raise SystemExit(f"{p.prog}: {run} has no results/ folder (allowed: a workflow run directory, "
+                             "such as the checkout after the default run or a --directory of snakemake)")
     diffs, n = _compare(Path(a.run_a), Path(a.run_b))
     for d in diffs:
         print(d)
