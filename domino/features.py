@@ -4,7 +4,7 @@ One shard holds ``shard_samples`` conversations, concatenated along the token ax
 
 * ``input_ids`` (n,) int64, ``loss_mask`` (n,) uint8
 * ``aux`` (n, A*H) in the configured dtype: the state of each aux id, concatenated
-  (aux ids as ``domino.verifier.AuxCapture`` defines them)
+  (aux ids as ``domino.aux.AuxCapture`` defines them)
 * ``target`` (n,) int64: the verifier's greedy token *within the draft vocabulary* (a draft id)
   at each position, i.e. its prediction for the next position
 * ``offsets`` (samples+1,) int64: where each conversation starts
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -30,7 +31,9 @@ from tqdm import tqdm
 
 from .common import DTYPES
 from .io import atomic_path, sha256_file, write_json
-from .verifier import AuxCapture
+from .aux import AuxCapture
+
+logger = logging.getLogger(__name__)
 
 
 class ShardError(RuntimeError):
@@ -44,7 +47,7 @@ def estimate_bytes(n_tokens: int, n_aux: int, hidden: int, dtype: str) -> int:
 
 @torch.inference_mode()
 def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_ids: torch.Tensor,
-            index_path: str | Path, batch_size: int, shard_samples: int, dtype: str, log=print, backend=None) -> dict:
+            index_path: str | Path, batch_size: int, shard_samples: int, dtype: str, backend=None) -> dict:
     """Run the verifier over ``rows``; write the index to ``index_path`` and the shards beside it.
 
     ``backend`` computes one shard's tensors: None runs ``verifier`` through transformers here;
@@ -59,8 +62,8 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
             raise ValueError(f"aux layer id {i} is outside 0..{L} for this verifier")
     n_tokens = sum(len(r["input_ids"]) for r in rows)
     need = estimate_bytes(n_tokens, len(aux_layer_ids), H, dtype)
-    log(f"extracting {len(rows)} conversations, {n_tokens} tokens, {len(aux_layer_ids)} aux layers x {H} "
-        f"in {dtype}: about {need / 2**20:.1f} MiB on disk")
+    logger.info("extracting %d conversations, %d tokens, %d aux layers x %d in %s: about %.1f MiB on disk",
+                len(rows), n_tokens, len(aux_layer_ids), H, dtype, need / 2**20)
     dev = verifier.device
     head = verifier.get_output_embeddings().weight[draft_target_ids.to(dev)]  # (Vd, H)
     n_shards = math.ceil(len(rows) / shard_samples)
@@ -76,13 +79,13 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
         recorded = side.read_text().split() if side.exists() else []
         if path.exists() and len(recorded) == 3 and recorded[1:] == ["inputs", key] \
                 and recorded[0] == sha256_file(path):
-            log(f"{name}: present and verified, skipped")
+            logger.info("%s: present and verified, skipped", name)
             shards.append({"file": name, "samples": len(part), "tokens": sum(len(r["input_ids"]) for r in part),
                            "sha256": recorded[0]})
             bar.update(len(part))
             continue
         if path.exists():
-            log(f"{name}: present but unverified or made from other inputs, extracted again")
+            logger.info("%s: present but unverified or made from other inputs, extracted again", name)
         if backend is None:
             tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype])
         else:

@@ -21,7 +21,7 @@ Shapes use these letters::
 
 Conventions:
 
-* ``aux_layer_ids`` follow the speculators/vLLM convention stated in ``domino.verifier.AuxCapture``.
+* ``aux_layer_ids`` follow the speculators/vLLM convention stated in ``domino.aux.AuxCapture``.
 * The block is ``[x_a, MASK, ..., MASK]`` at positions ``a .. a+B-1``. With ``shift_label``
   slot ``k`` predicts ``x[a+k+1]`` (B drafts per step); without it slot ``k`` predicts
   ``x[a+k]``, slot 0 is the anchor itself and slots ``1..B-1`` give B-1 drafts.
@@ -101,7 +101,7 @@ class DrafterConfig:
             if not 0 <= i <= self.target_num_layers:
                 raise ValueError(
                     f"aux layer id {i} is outside 0..{self.target_num_layers} "
-                    "(aux ids as domino.verifier.AuxCapture defines them)"
+                    "(aux ids as domino.aux.AuxCapture defines them)"
                 )
         if not 0 < self.draft_vocab_size <= self.target_vocab_size:
             raise ValueError(

@@ -1,4 +1,5 @@
-"""Plain sampling and lossless speculative sampling at temperature > 0, both with KV caches.
+"""Sampling at temperature > 0: ``SamplingRule``, the rule ``domino.decode.decode`` samples by,
+and its pure pieces (the distributions, the acceptance rule, the drafter's proposal).
 
 Distributions: ``p`` is the verifier's next-token distribution and ``q`` the drafter's at one
 block slot, both after the same temperature and optional top-p (nucleus) truncation
@@ -20,10 +21,12 @@ drafts come from slots 0..B-1; without it slot 0 is the anchor and slots 1..B-1 
 drafts. ``Drafter.draft`` handles this; here a step asks for ``n`` drafts.
 
 Randomness comes only from the caller's ``torch.Generator`` (on the verifier's device), so the
-same seed gives the same tokens on the same machine. At temperature 0 both entry points are
-the greedy functions of ``domino.decode``, token for token. Token accounting and
-``DecodeResult`` fields are those of ``domino.decode``; here ``verify_seconds`` also holds the
-probability computations and the acceptance rule, ``draft_seconds`` the drafter and its sampling.
+same seed gives the same tokens on the same machine. Temperature 0 is greedy decoding, the
+default rule of ``domino.decode.decode``; this module has no rule for it. In a sampled
+``DecodeResult``, ``verify_seconds`` also holds the probability computations and the
+acceptance rule, ``draft_seconds`` the drafter and its sampling.
+
+This module holds no decoding loop: the loops call the rule, never the reverse.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from typing import NamedTuple
 
 import torch
 
-from .decode import DecodeResult, greedy_decode, plain_loop, speculative_decode, speculative_loop
 from .vocab import target_ids
 
 
@@ -139,39 +141,17 @@ def propose_sampled(draft, anchor: int, anchor_pos: int, n: int, temperature: fl
     return DraftProposal(tokens, q)
 
 
-@torch.inference_mode()
-def sample_decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=(), *, temperature: float,
-                  top_p: float = 1.0, generator: torch.Generator | None = None) -> DecodeResult:
-    """Plain sampling, one verifier forward per token; ``greedy_decode`` at temperature 0."""
-    _check_sampling(temperature, top_p)
-    if temperature == 0:
-        return greedy_decode(verifier, prompt_ids, max_new_tokens, eos_ids)
-    if generator is None:
-        raise ValueError("sampling at temperature > 0 needs a seeded torch.Generator")
-    return plain_loop(verifier, prompt_ids, max_new_tokens, eos_ids, SamplingRule(temperature, top_p, generator))
-
-
-@torch.inference_mode()
-def speculative_sample_decode(verifier, draft, prompt_ids, max_new_tokens: int, eos_ids=(), *,
-                              temperature: float, top_p: float = 1.0,
-                              generator: torch.Generator | None = None) -> DecodeResult:
-    """Lossless speculative sampling with a ``decode.NeuralDraft``; ``speculative_decode`` at T = 0."""
-    _check_sampling(temperature, top_p)
-    if temperature == 0:
-        return speculative_decode(verifier, draft, prompt_ids, max_new_tokens, eos_ids)
-    if generator is None:
-        raise ValueError("sampling at temperature > 0 needs a seeded torch.Generator")
-    if getattr(draft, "drafter", None) is None:
-        raise TypeError(f"speculative sampling needs a drafter's distribution; {type(draft).__name__} has none")
-    return speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids,
-                            SamplingRule(temperature, top_p, generator))
-
-
 class SamplingRule:
     """``decode.GreedyRule``'s interface at temperature > 0: tokens drawn from ``p``, drafts from
-    ``q``, each draft kept or replaced by ``accept_or_resample``."""
+    ``q``, each draft kept or replaced by ``accept_or_resample``. Speculative sampling needs a
+    drafter's distribution (a ``decode.NeuralDraft``), which an ``OracleDraft`` does not have."""
 
     def __init__(self, temperature: float, top_p: float, generator: torch.Generator):
+        _check_sampling(temperature, top_p)
+        if temperature == 0:
+            raise ValueError("temperature 0 is greedy decoding: decode's default rule, not a sampling rule")
+        if generator is None:
+            raise ValueError("sampling at temperature > 0 needs a seeded torch.Generator")
         self.temperature, self.top_p, self.generator = temperature, top_p, generator
 
     def pick(self, logits: torch.Tensor) -> int:

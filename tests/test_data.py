@@ -9,7 +9,7 @@ import pytest
 import domino.data as D
 from domino.data import (DataError, iter_json_array_records, load_corpus, prepare_records, read_jsonl,
                          sharegpt_messages, tokenize_conversation)
-from domino.verifier import train_tokenizer
+from domino.embedded import train_tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
          "assistant user system", "for i in range(10):\n    print(i)\n"] * 20

@@ -1,12 +1,18 @@
 """Speculative decoding is lossless: token-for-token the verifier's plain greedy output."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from conftest import tiny_drafter, tiny_verifier
-from domino.decode import NeuralDraft, OracleDraft, crop_cache, greedy_decode, speculative_decode
+from domino.decode import NeuralDraft, OracleDraft, crop_cache, decode
 
 KINDS = [("dflash", True), ("dflash", False), ("domino", True)]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _prompts(n, vocab, seed=0):
@@ -27,8 +33,8 @@ def test_lossless_random_weights(verifier, projector, shift):
     drafter = tiny_drafter(verifier, projector=projector, shift_label=shift)
     for i, prompt in enumerate(_prompts(50, verifier.config.vocab_size)):
         max_new = 5 + (i * 7) % 23
-        ref = greedy_decode(verifier, prompt, max_new)
-        out = speculative_decode(verifier, NeuralDraft(drafter), prompt, max_new)
+        ref = decode(verifier, prompt, max_new)
+        out = decode(verifier, prompt, max_new, draft=NeuralDraft(drafter))
         assert out.new_token_ids == ref.new_token_ids, f"prompt {i}"
         assert len(out.new_token_ids) == 1 + out.steps + sum(out.accepted_per_step)
 
@@ -37,17 +43,17 @@ def test_lossless_with_eos_and_length_inside_accepted_blocks(verifier):
     """The oracle accepts whole blocks, so EOS and max_new_tokens land mid-block."""
     hits = {"eos_mid_block": 0, "length_mid_block": 0}
     for i, prompt in enumerate(_prompts(60, verifier.config.vocab_size, seed=1)):
-        full = greedy_decode(verifier, prompt, 40).new_token_ids
+        full = decode(verifier, prompt, 40).new_token_ids
         eos = {full[3 + i % 11]}
         expect = _truncate_at(full, eos)
-        got = greedy_decode(verifier, prompt, 40, eos)
+        got = decode(verifier, prompt, 40, eos)
         assert got.new_token_ids == expect and got.stop_reason == "eos"
-        spec = speculative_decode(verifier, OracleDraft(full, 4), prompt, 40, eos)
+        spec = decode(verifier, prompt, 40, eos, draft=OracleDraft(full, 4))
         assert spec.new_token_ids == expect and spec.stop_reason == "eos"
         if spec.accepted_per_step and spec.accepted_per_step[-1] > 0 and len(expect) > 1:
             hits["eos_mid_block"] += 1
         max_new = 6 + i % 5  # not a multiple of the 5 tokens per step
-        spec = speculative_decode(verifier, OracleDraft(full, 4), prompt, max_new)
+        spec = decode(verifier, prompt, max_new, draft=OracleDraft(full, 4))
         assert spec.new_token_ids == full[:max_new] and spec.stop_reason == "length"
         hits["length_mid_block"] += max_new % 5 != 1
     assert all(v > 10 for v in hits.values()), hits
@@ -57,16 +63,16 @@ def test_lossless_with_eos_and_length_inside_accepted_blocks(verifier):
 def test_lossless_with_eos_for_drafters(verifier, projector, shift):
     drafter = tiny_drafter(verifier, projector=projector, shift_label=shift)
     for i, prompt in enumerate(_prompts(20, verifier.config.vocab_size, seed=2)):
-        full = greedy_decode(verifier, prompt, 30).new_token_ids
+        full = decode(verifier, prompt, 30).new_token_ids
         eos = {full[(i * 3) % 30]}
-        out = speculative_decode(verifier, NeuralDraft(drafter), prompt, 30, eos)
+        out = decode(verifier, prompt, 30, eos, draft=NeuralDraft(drafter))
         assert out.new_token_ids == _truncate_at(full, eos)
 
 
 def test_oracle_accepts_everything(verifier):
     prompt = _prompts(1, verifier.config.vocab_size, seed=4)[0]
-    full = greedy_decode(verifier, prompt, 21).new_token_ids
-    out = speculative_decode(verifier, OracleDraft(full, 4), prompt, 21)
+    full = decode(verifier, prompt, 21).new_token_ids
+    out = decode(verifier, prompt, 21, draft=OracleDraft(full, 4))
     assert out.accepted_per_step == [4, 4, 4, 4]
     assert out.new_token_ids == full
 
@@ -86,10 +92,10 @@ def test_crop_cache_uses_the_current_api(verifier):
 def test_prompt_longer_than_the_context_is_refused():
     v = tiny_verifier(max_pos=32)
     with pytest.raises(ValueError, match="exceeds the verifier's context of 32"):
-        greedy_decode(v, list(range(1, 31)), 4)
+        decode(v, list(range(1, 31)), 4)
     with pytest.raises(ValueError, match="empty prompt"):
-        greedy_decode(v, [], 4)
-    assert len(greedy_decode(v, list(range(1, 29)), 4).new_token_ids) == 4  # exactly at the limit is fine
+        decode(v, [], 4)
+    assert len(decode(v, list(range(1, 29)), 4).new_token_ids) == 4  # exactly at the limit is fine
 
 
 @pytest.fixture(scope="module")
@@ -101,14 +107,14 @@ def trained_drafters(verifier, tmp_path_factory):
     V = verifier.config.vocab_size
     rows = []
     for i, prompt in enumerate(_prompts(24, V, seed=7)):
-        cont = greedy_decode(verifier, prompt, 24).new_token_ids
+        cont = decode(verifier, prompt, 24).new_token_ids
         rows.append({"input_ids": prompt + cont, "loss_mask": [0] * len(prompt) + [1] * len(cont)})
     out = {}
     for projector, shift in KINDS:
         d = tiny_drafter(verifier, projector=projector, shift_label=shift)
         tmp = tmp_path_factory.mktemp(f"{projector}-{shift}")
         target_ids = d.draft_to_target(torch.arange(d.cfg.draft_vocab_size))
-        extract(verifier, rows, d.cfg.aux_layer_ids, target_ids, tmp / "feat" / "index.json", 8, 100, "float32", log=lambda m: None)
+        extract(verifier, rows, d.cfg.aux_layer_ids, target_ids, tmp / "feat" / "index.json", 8, 100, "float32")
         feats = load_features(tmp / "feat" / "index.json")
         feats["aux"] = feats["aux"].double()
         cfg = TrainConfig.schema_defaults(epochs=12, lr=3e-3, warmup_steps=2, anchors_per_row=16, pack_len=256,
@@ -125,10 +131,25 @@ def test_lossless_trained_weights(verifier, trained_drafters, projector, shift):
     accepted = 0
     for i, prompt in enumerate(_prompts(50, verifier.config.vocab_size, seed=8)):
         max_new = 8 + (i * 5) % 20
-        full = greedy_decode(verifier, prompt, 40).new_token_ids
+        full = decode(verifier, prompt, 40).new_token_ids
         eos = {full[(i * 7) % 40]} if i % 3 == 0 else set()
-        ref = greedy_decode(verifier, prompt, max_new, eos)
-        out = speculative_decode(verifier, NeuralDraft(drafter), prompt, max_new, eos)
+        ref = decode(verifier, prompt, max_new, eos)
+        out = decode(verifier, prompt, max_new, eos, draft=NeuralDraft(drafter))
         assert out.new_token_ids == ref.new_token_ids, f"prompt {i}"
         accepted += sum(out.accepted_per_step)
     assert accepted > 0  # training made the drafts land, so the accept path is exercised
+
+
+def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
+    """The modules of ``watched`` that importing ``module`` loads, in a fresh interpreter."""
+    code = f"import sys, {module}; print(' '.join(m for m in {watched!r} if m in sys.modules))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    return out.stdout.split()
+
+
+def test_decoding_loads_neither_a_tokenizer_nor_the_verifier_loader():
+    """Decoding is model code: it takes token ids and a loaded verifier, and the sampling rule
+    never reaches back into the loops."""
+    assert _loaded_after_import("domino.decode", ("tokenizers", "domino.verifier")) == []
+    assert _loaded_after_import("domino.sampling", ("tokenizers", "domino.verifier", "domino.decode")) == []

@@ -9,7 +9,7 @@ from safetensors import safe_open
 
 from conftest import tiny_drafter, tiny_verifier
 from domino.decode import NeuralDraft
-from domino.verifier import aux_states
+from domino.aux import aux_states
 from domino.export import (ExportError, export_speculators, from_speculators_name, load_speculators,
                            to_speculators_name)
 
@@ -214,7 +214,7 @@ def test_speculators_loads_the_export(verifier, tmp_path, shift):
     speculators = pytest.importorskip("speculators")
     from speculators import SpeculatorModel
 
-    from domino.verifier import aux_states
+    from domino.aux import aux_states
 
     vdir = tmp_path / "verifier"  # speculators reads the verifier's norm and lm_head from here
     v32 = tiny_verifier().to(torch.float32)

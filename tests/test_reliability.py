@@ -224,9 +224,29 @@ def extraction(tmp_path_factory):
     return {"verifier": verifier, "rows": rows, "draft_ids": draft_ids}
 
 
+class _Messages(logging.Handler):
+    """Hands each logged message to ``sink``."""
+
+    def __init__(self, sink):
+        super().__init__(logging.INFO)
+        self.sink = sink
+
+    def emit(self, record):
+        self.sink(record.getMessage())
+
+
 def _extract(ex, out, log, rows=None, aux=(1, 2, 4)):
-    return extract(ex["verifier"], rows or ex["rows"], list(aux), ex["draft_ids"], Path(out) / "index.json", batch_size=2,
-                   shard_samples=3, dtype="float32", log=log)
+    """``extract`` on the fixture's rows; ``log`` receives what it logs."""
+    logger, handler = logging.getLogger("domino.features"), _Messages(log)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        return extract(ex["verifier"], rows or ex["rows"], list(aux), ex["draft_ids"], Path(out) / "index.json",
+                       batch_size=2, shard_samples=3, dtype="float32")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _shards(out):

@@ -13,25 +13,18 @@ import torch
 
 from conftest import tiny_drafter, tiny_verifier
 from domino import sampling
-from domino.decode import NeuralDraft, OracleDraft, greedy_decode, speculative_decode
+from domino.decode import NeuralDraft, OracleDraft, decode
 from domino.model import Drafter, DrafterConfig
-from domino.sampling import (
-    accept_or_resample,
-    propose_sampled,
-    sample_decode,
-    sampling_probs,
-    seeded_generator,
-    speculative_sample_decode,
-)
-from domino.verifier import aux_states
+from domino.sampling import SamplingRule, accept_or_resample, propose_sampled, sampling_probs, seeded_generator
+from domino.aux import aux_states
 from domino.vocab import mappings
 
 KINDS = [("dflash", True), ("dflash", False), ("domino", True)]
 # (projector, shift_label, temperature, top_p) for the statistical tests
 STAT_KINDS = [("dflash", True, 1.0, 1.0), ("dflash", False, 0.8, 0.9), ("domino", True, 1.0, 1.0)]
 STEP_SAMPLES = 20_000  # samples of the speculative step (exact p and q tables + the rule) per kind
-DECODE_SAMPLES = 20_000  # full speculative_sample_decode calls per kind (about a minute each on 2 cores)
-PLAIN_SAMPLES = 3_000  # sample_decode calls of two tokens
+DECODE_SAMPLES = 20_000  # full speculative sampling decodes per kind (about a minute each on 2 cores)
+PLAIN_SAMPLES = 3_000  # plain sampling decodes of two tokens
 PROMPT = [5]
 V = 16  # the statistical tests' vocabulary
 
@@ -133,26 +126,13 @@ def test_domino_head_reads_the_picked_token(verifier, projector, corrected):
 
 
 @pytest.mark.parametrize("projector,shift", KINDS)
-def test_temperature_zero_is_greedy(verifier, projector, shift):
-    drafter = tiny_drafter(verifier, projector=projector, shift_label=shift)
-    for i, prompt in enumerate(_prompts(5, verifier.config.vocab_size, seed=3)):
-        max_new = 6 + 3 * i
-        plain = sample_decode(verifier, prompt, max_new, temperature=0.0, top_p=0.5)
-        assert plain.new_token_ids == greedy_decode(verifier, prompt, max_new).new_token_ids
-        ref = speculative_decode(verifier, NeuralDraft(drafter), prompt, max_new)
-        out = speculative_sample_decode(verifier, NeuralDraft(drafter), prompt, max_new, temperature=0.0)
-        assert (out.new_token_ids, out.accepted_per_step) == (ref.new_token_ids, ref.accepted_per_step)
-
-
-@pytest.mark.parametrize("projector,shift", KINDS)
 def test_same_seed_same_tokens_and_eos(verifier, projector, shift):
     """Same seed: same tokens. An EOS cuts the same draws at its first occurrence."""
     draft = NeuralDraft(tiny_drafter(verifier, projector=projector, shift_label=shift))
     prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
 
     def spec(seed, eos=()):
-        return speculative_sample_decode(verifier, draft, prompt, 30, eos, temperature=1.0,
-                                         generator=seeded_generator(seed))
+        return decode(verifier, prompt, 30, eos, draft=draft, rule=SamplingRule(1.0, 1.0, seeded_generator(seed)))
 
     a, b, c = spec(0), spec(0), spec(1)
     assert (a.new_token_ids, a.accepted_per_step) == (b.new_token_ids, b.accepted_per_step)
@@ -161,19 +141,23 @@ def test_same_seed_same_tokens_and_eos(verifier, projector, shift):
     eos = a.new_token_ids[17]
     cut = spec(0, {eos})
     assert cut.new_token_ids == a.new_token_ids[: a.new_token_ids.index(eos) + 1] and cut.stop_reason == "eos"
-    plain = [sample_decode(verifier, prompt, 20, temperature=0.7, top_p=0.9, generator=seeded_generator(s))
+    plain = [decode(verifier, prompt, 20, rule=SamplingRule(0.7, 0.9, seeded_generator(s)))
              for s in (0, 0, 1)]
     assert plain[0].new_token_ids == plain[1].new_token_ids != plain[2].new_token_ids
 
 
-def test_sampling_needs_a_generator_and_a_drafter(verifier):
+def test_sampling_needs_a_temperature_a_generator_and_a_drafter(verifier):
+    """Temperature 0 is greedy decoding (decode's default rule), not a sampling rule."""
     with pytest.raises(ValueError, match="Generator"):
-        sample_decode(verifier, [1, 2], 4, temperature=1.0)
-    with pytest.raises(TypeError, match="OracleDraft has none"):
-        speculative_sample_decode(verifier, OracleDraft([1] * 8, 4), [1, 2], 4, temperature=1.0,
-                                  generator=seeded_generator(0))
+        SamplingRule(1.0, 1.0, None)
+    with pytest.raises(ValueError, match="temperature 0 is greedy decoding"):
+        SamplingRule(0.0, 1.0, seeded_generator(0))
     with pytest.raises(ValueError, match="temperature"):
-        sample_decode(verifier, [1, 2], 4, temperature=-1.0)
+        SamplingRule(-1.0, 1.0, seeded_generator(0))
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingRule(1.0, 0.0, seeded_generator(0))
+    with pytest.raises(TypeError, match="OracleDraft has none"):
+        decode(verifier, [1, 2], 4, draft=OracleDraft([1] * 8, 4), rule=SamplingRule(1.0, 1.0, seeded_generator(0)))
 
 
 # --- losslessness, measured -----------------------------------------------------------------
@@ -346,8 +330,7 @@ def test_speculative_step_is_lossless(stat_verifier, projector, shift, temperatu
 
 
 @pytest.mark.parametrize("projector,shift,temperature,top_p", STAT_KINDS)
-def test_speculative_sample_decode_is_lossless(stat_verifier, projector, shift, temperature, top_p,
-                                               monkeypatch):
+def test_speculative_sampling_is_lossless(stat_verifier, projector, shift, temperature, top_p, monkeypatch):
     """Full decodes of four tokens (the first step drafts two: one budget slot is the bonus's).
 
     The first three tokens are compared; the accept-all rule is read off the same decodes'
@@ -367,8 +350,7 @@ def test_speculative_sample_decode_is_lossless(stat_verifier, projector, shift, 
     right, wrong, accepted = torch.zeros(V, V, V), torch.zeros(V, V, V), torch.zeros(DECODE_SAMPLES)
     for i in range(DECODE_SAMPLES):
         calls.clear()
-        out = speculative_sample_decode(stat_verifier, draft, PROMPT, 4, temperature=temperature, top_p=top_p,
-                                        generator=g)
+        out = decode(stat_verifier, PROMPT, 4, draft=draft, rule=SamplingRule(temperature, top_p, g))
         (drafts, accepted[i]) = calls[0]
         right[tuple(out.new_token_ids[:3])] += 1
         wrong[tuple([out.new_token_ids[0]] + drafts)] += 1
@@ -378,11 +360,9 @@ def test_speculative_sample_decode_is_lossless(stat_verifier, projector, shift, 
     _check(*fits)
     # the accept-all rule run for real gives the spy's reading: t1 and the drafts, same seed
     calls.clear()
-    ref = speculative_sample_decode(stat_verifier, draft, PROMPT, 4, temperature=temperature, top_p=top_p,
-                                    generator=seeded_generator(7))
+    ref = decode(stat_verifier, PROMPT, 4, draft=draft, rule=SamplingRule(temperature, top_p, seeded_generator(7)))
     monkeypatch.setattr(sampling, "accept_or_resample", lambda ids, q, p, gen: (len(ids), 0))
-    bad = speculative_sample_decode(stat_verifier, draft, PROMPT, 4, temperature=temperature, top_p=top_p,
-                                    generator=seeded_generator(7))
+    bad = decode(stat_verifier, PROMPT, 4, draft=draft, rule=SamplingRule(temperature, top_p, seeded_generator(7)))
     assert len(calls[0][0]) == 2 and bad.new_token_ids[:3] == ref.new_token_ids[:1] + calls[0][0]
 
 
@@ -391,7 +371,7 @@ def test_plain_sampling_is_the_verifiers_distribution(stat_verifier):
     g = seeded_generator(0)
     counts = torch.zeros(V, V)
     for _ in range(PLAIN_SAMPLES):
-        out = sample_decode(stat_verifier, PROMPT, 2, temperature=0.8, top_p=0.9, generator=g)
+        out = decode(stat_verifier, PROMPT, 2, rule=SamplingRule(0.8, 0.9, g))
         counts[tuple(out.new_token_ids)] += 1
     fit = _fit(counts, exact.joint3.sum(-1))
     print(f"\nplain sampling T=0.8 top_p=0.9, {PLAIN_SAMPLES} decodes of 2 tokens: TV {fit.tv:.4f} "

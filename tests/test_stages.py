@@ -64,8 +64,8 @@ def test_reading_an_undeclared_key_raises_naming_it():
 
 
 def test_a_library_function_reads_a_stage_config_as_the_nested_dict():
-    """bench.run_benchmark and the vLLM benchmark index the config as nested dicts; the same
-    declaration holds there, and what they read is recorded under its dotted key."""
+    """The vLLM benchmark indexes the config as nested dicts; the same declaration holds
+    there, and what it reads is recorded under its dotted key."""
     cfg = StageConfig({"seed": 0, "data": {"corpus": "python-stdlib"}}, ["seed", "data.corpus"])
     assert cfg["data"]["corpus"] == "python-stdlib" and cfg.reads == {"data.corpus"}
     with pytest.raises(UndeclaredKey, match=r"'data.samples'"):

@@ -1,13 +1,15 @@
-"""domino.verifier: which verifiers load, the embedded verifier's shape, and the aux capture's
-use, and the aux-id convention (the speculators and vLLM one) that the drafter reads."""
+"""domino.verifier: which verifiers load; domino.embedded: the embedded verifier's shape;
+domino.aux: the aux capture's use and the aux-id convention (the speculators and vLLM one)
+that the drafter reads."""
 
 import pytest
 import torch
 from transformers import LlamaConfig
 
 from conftest import tiny_verifier
-from domino.verifier import (AuxCapture, VerifierError, aux_states, build_embedded_verifier, load_verifier,
-                             train_tokenizer)
+from domino.aux import AuxCapture, aux_states
+from domino.embedded import build_embedded_verifier, train_tokenizer
+from domino.verifier import VerifierError, load_verifier
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks."] * 20
 EMBEDDED = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_attention_heads": 2,

@@ -35,14 +35,14 @@ def tiny_dir(tmp_path_factory):
 
 
 def test_vllm_greedy_matches_the_projects_greedy(tiny_dir):
-    from domino.decode import greedy_decode
+    from domino.decode import decode
     from domino.verifier import load_verifier
     from domino.vllm_backend import load_llm, vllm_greedy
 
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 511, (int(n),), generator=g).tolist() for n in torch.randint(4, 60, (8,), generator=g)]
     verifier = load_verifier(str(tiny_dir))
-    ours = [greedy_decode(verifier, p, 24).new_token_ids for p in prompts]
+    ours = [decode(verifier, p, 24).new_token_ids for p in prompts]
     llm = load_llm(str(tiny_dir), "float32", max_model_len=512, memory_fraction=0.2)
     theirs = [r.new_token_ids for r in vllm_greedy(llm, prompts, 24)]
     same = sum(a == b for a, b in zip(ours, theirs))

@@ -29,7 +29,7 @@ from transformers import DynamicCache, Qwen3ForCausalLM
 
 from ..bench import divergence
 from ..common import DTYPES
-from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, greedy_decode, speculative_decode
+from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, decode
 from ..metrics import acceptance_summary
 from ..model import Drafter, DrafterConfig
 from ..shapes import CARD_DRAFTER, card_drafter_config, qwen3_config
@@ -127,14 +127,14 @@ def random_prompts(vocab_size: int, n: int, length: int, seed: int) -> list[list
 
 def decode_all(verifier, drafter, prompts: list[list[int]], max_new_tokens: int) -> Runs:
     """One untimed warm-up, then every prompt plain, with the drafter, and with the oracle."""
-    greedy_decode(verifier, prompts[0], 8)
-    speculative_decode(verifier, NeuralDraft(drafter), prompts[0], 8)
+    decode(verifier, prompts[0], 8)
+    decode(verifier, prompts[0], 8, draft=NeuralDraft(drafter))
     if verifier.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(verifier.device)
     D = drafter.cfg.drafts_per_step
-    plain = [greedy_decode(verifier, p, max_new_tokens) for p in prompts]
-    spec = [speculative_decode(verifier, NeuralDraft(drafter), p, max_new_tokens) for p in prompts]
-    oracle = [speculative_decode(verifier, OracleDraft(r.new_token_ids, D), p, max_new_tokens)
+    plain = [decode(verifier, p, max_new_tokens) for p in prompts]
+    spec = [decode(verifier, p, max_new_tokens, draft=NeuralDraft(drafter)) for p in prompts]
+    oracle = [decode(verifier, p, max_new_tokens, draft=OracleDraft(r.new_token_ids, D))
               for p, r in zip(prompts, plain)]
     parted = [divergence(verifier, p, r.new_token_ids, s.new_token_ids)
               for p, r, s in zip(prompts, plain, spec) if s.new_token_ids != r.new_token_ids]

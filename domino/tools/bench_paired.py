@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..bench import PLAIN, run_benchmark
+from ..bench import PLAIN, BenchmarkConfig, run_benchmark
 from ..config import load_config, trained_runs
 from ..io import write_json
 
@@ -42,6 +42,16 @@ def competing_process(core: int):
         proc.wait()
 
 
+def benchmark_config(cfg: dict) -> BenchmarkConfig:
+    """The greedy benchmark stage's config, from a run's whole config."""
+    b = cfg["benchmark"]
+    return BenchmarkConfig(device=cfg["device"], verifier_name=cfg["verifier"]["name"],
+                           verifier_dtype=cfg["verifier"]["dtype"], enable_thinking=cfg["data"]["enable_thinking"],
+                           dataset=b["dataset"], max_prompts=b["max_prompts"], max_new_tokens=b["max_new_tokens"],
+                           chat_template=b["chat_template"], threads=b["threads"], seed=cfg["seed"], temperature=0.0,
+                           top_p=1.0, tie_tolerance=float(b["tie_tolerance"]))
+
+
 def benchmark_once(cfg: dict, run_dir: Path, load: bool, core: int) -> dict[str, dict]:
     """One greedy benchmark of every trained run of ``run_dir`` (quiet, or beside a busy loop)."""
     verifier = str(run_dir / "results/verifier/model") if cfg["verifier"]["source"] == "embedded" \
@@ -50,7 +60,7 @@ def benchmark_once(cfg: dict, run_dir: Path, load: bool, core: int) -> dict[str,
     runs = {run: str(run_dir / "results/train" / run / "checkpoint") for run in trained}
     with tempfile.TemporaryDirectory() as tmp, competing_process(core) if load else contextlib.nullcontext():
         outs = {run: str(Path(tmp) / f"{run}.json") for run in (PLAIN, *runs)}
-        return run_benchmark(cfg, verifier, runs, outs, log=lambda m: None)
+        return run_benchmark(benchmark_config(cfg), verifier, runs, outs)
 
 
 def overlap(a: list[float], b: list[float]) -> bool:

