@@ -7,7 +7,6 @@ the library, the stage layer and the tools import.
 
 from __future__ import annotations
 
-import logging
 import os
 import platform
 from contextlib import contextmanager
@@ -38,12 +37,6 @@ def hardware() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     return f"CPU {platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
-
-
-def log(msg: str) -> None:
-    """The ``log`` callable the stage layer hands to a library function that takes one: the
-    line goes to the ``domino`` logger at INFO, where the stage's handlers pick it up."""
-    logging.getLogger("domino").info(msg)
 
 
 def world_size() -> int:

@@ -146,18 +146,15 @@ RUN_ONLY = json.dumps({"declared": ["seed", "threads"], "values": {"seed": 0, "t
 
 
 def _talking_stage(cfg, out):
-    """A stage that reports in every way a stage does: a module logger, the ``log`` callable, a
-    warning and a progress bar."""
+    """A stage that reports in every way a stage does: module loggers, a warning and a progress bar."""
     import logging
     import warnings
 
     from tqdm import tqdm
 
-    from domino import common
-
     logging.getLogger("domino.talking").info("a module logger's line")
     logging.getLogger("domino.talking").debug("a debug line")
-    common.log("a line through common.log")
+    logging.getLogger("domino.card.talking").info("a line of a subpackage's logger")
     logging.getLogger("some_library").info("another library's info line")
     warnings.warn("a warning", UserWarning)
     for _ in tqdm(range(3), desc="a progress bar"):
@@ -191,7 +188,7 @@ def test_a_stage_logs_to_the_terminal_and_its_log_file(tmp_path, monkeypatch, ca
     log = tmp_path / "logs" / "talking.log"
     main(["talking", "--config", RUN_ONLY, "--out", str(tmp_path / "out"), "--log", str(log)])
     err = capsys.readouterr().err
-    lines = ("a module logger's line", "a line through common.log", "a warning")
+    lines = ("a module logger's line", "a line of a subpackage's logger", "a warning")
     assert all(line in err for line in lines) and "a progress bar" in err, err
     assert "a debug line" not in err and "another library's info line" not in err
     assert logging.getLogger().handlers == handlers
