@@ -97,58 +97,41 @@ def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = 
     return json.dumps({"declared": declared, "values": values}, sort_keys=True)
 
 
-class StageConfig(Mapping):
+class StageConfig:
     """Read-only view of one job's config values that records what the stage reads.
 
-    The stage layer reads a value by its dotted key, ``cfg["train.lr"]``, and a whole section
-    as a plain dict with ``cfg.section("train")``. A section taken with ``cfg["train"]`` is a
-    view of the same kind, so that a library function written for the nested config dict
-    (``p["vllm"]["memory_fraction"]``) takes a ``StageConfig`` as it is. A value is counted as
-    read when a plain value or a whole section is taken. Any key outside the declaration raises
-    ``UndeclaredKey``, also through ``get``.
+    A value is read by its dotted key, ``cfg["train.lr"]``, and a whole section as a plain dict
+    with ``cfg.section("train")``; each counts as read. A key outside the declaration raises
+    ``UndeclaredKey``; a section asked for as a value raises ``TypeError``.
     """
 
-    def __init__(self, values: dict, declared: list[str], prefix: str = "", reads: set | None = None):
-        self._values, self._declared, self._prefix = values, declared, prefix
-        self.reads = set() if reads is None else reads
+    def __init__(self, values: dict, declared: list[str]):
+        self._values, self._declared = values, declared
+        self.reads: set[str] = set()
 
-    def __getitem__(self, key: str):
-        path = self._prefix + key
-        if not _under(path, self._declared):
-            if path in JOB_SET_KEYS:
-                raise UndeclaredKey(f"config key {path!r} says which jobs run; a job is not given it "
+    def _lookup(self, key: str):
+        if not _under(key, self._declared):
+            if key in JOB_SET_KEYS:
+                raise UndeclaredKey(f"config key {key!r} says which jobs run; a job is not given it "
                                     "unless its stage declares it by name (domino/stages.py)")
-            raise UndeclaredKey(f"config key {path!r} is read by this stage but not declared in "
+            raise UndeclaredKey(f"config key {key!r} is read by this stage but not declared in "
                                 f"domino/stages.py (declared: {', '.join(self._declared)})")
         value = self._values
         for part in key.split("."):
             value = value[part]
-        if isinstance(value, dict):
-            return StageConfig(value, self._declared, path + ".", self.reads)
-        self.reads.add(path)
+        self.reads.add(key)
         return value
 
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except UndeclaredKey:
-            raise
-        except KeyError:
-            return default
+    def __getitem__(self, key: str):
+        """A plain value by its dotted key."""
+        value = self._lookup(key)
+        if isinstance(value, dict):
+            raise TypeError(f"config key {key!r} is a section: read it with cfg.section({key!r})")
+        return value
 
     def section(self, key: str):
-        """A whole section as a plain dict, counted as read in full (a plain value as it is)."""
-        value = self[key]
-        if isinstance(value, StageConfig):
-            self.reads.add(value._prefix[:-1])
-            return copy.deepcopy(value._values)
-        return value
-
-    def __iter__(self):
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
+        """Everything under a dotted key, copied: a section as a plain dict (a value as it is)."""
+        return copy.deepcopy(self._lookup(key))
 
 
 def unread(declared: list[str], reads: set[str]) -> list[str]:
@@ -351,14 +334,14 @@ def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str,
                 top_p=cfg["benchmark.top_p"], tie_tolerance=0.0)
 
 
-_VLLM = ("device", "verifier.dtype", "vllm")
+_VLLM = ("verifier.dtype", "vllm.memory_fraction")
 
 
 @stage("vllm_benchmark_baseline", _VLLM, {"verifier": "param", "ours": "input", "out": "output"})
 def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str) -> None:
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, "baseline", verifier, None, None, ours, out)
+    run_vllm_benchmark("baseline", verifier, None, None, ours, out, **_served(cfg))
 
 
 @stage("vllm_benchmark", _VLLM, {"run": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
@@ -367,7 +350,12 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
                    out: str) -> None:
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(cfg, run, verifier, export, baseline, ours, out)
+    run_vllm_benchmark(run, verifier, export, baseline, ours, out, **_served(cfg))
+
+
+def _served(cfg: StageConfig) -> dict:
+    """What a vLLM benchmark job gives the engine: the weights' dtype, the seed, its memory share."""
+    return {"dtype": cfg["verifier.dtype"], "seed": cfg["seed"], "memory_fraction": cfg["vllm.memory_fraction"]}
 
 
 # The card prints the run's whole configuration and its hash: the report reads every top-level

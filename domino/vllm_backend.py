@@ -224,8 +224,8 @@ def served_drafts_per_step(export_dir: str | None) -> int:
     return int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
 
 
-def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
-                       ours_path: str, out: str) -> dict:
+def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
+                       ours_path: str, out: str, *, dtype: str, seed: int, memory_fraction: float) -> dict:
     """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
     loop on an exported checkpoint. Prompts, their token ids and ``max_new_tokens`` are read from
     the project's own result for the same run (``ours_path``), so both loops see identical
@@ -247,9 +247,9 @@ def run_vllm_benchmark(p: dict, run: str, verifier_path: str, export_dir: str | 
     tok = load_tokenizer(verifier_path)
     vcfg = AutoConfig.from_pretrained(verifier_path)
     stop_ids = eos_ids(tok, vcfg)
-    llm = load_llm(verifier_path, p["verifier"]["dtype"], max_model_len=vcfg.max_position_embeddings,
-                   seed=p.get("seed", 0), memory_fraction=p["vllm"]["memory_fraction"], speculative=export_dir
-                   if run != "baseline" else None, drafts_per_step=drafts_per_step)
+    llm = load_llm(verifier_path, dtype, max_model_len=vcfg.max_position_embeddings, seed=seed,
+                   memory_fraction=memory_fraction, speculative=export_dir if run != "baseline" else None,
+                   drafts_per_step=drafts_per_step)
     ids = [r["prompt_token_ids"] for r in prompts]
     vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=run != "baseline")  # untimed warm-up
     results, counts = vllm_generate(llm, ids, max_new, stop_ids, speculative=run != "baseline")
