@@ -245,9 +245,8 @@ def in_block_mask(block_size: int, causal: bool, device=None) -> torch.Tensor:
     speculators PR 685's block under a sliding window with ``sliding_window_non_causal`` off.
     The one definition of the in-block mask: ``draft_attention_mask`` tiles it for training,
     ``inference_attention_mask`` places it after the context cache at inference."""
-    if not causal:
-        return torch.ones(block_size, block_size, dtype=torch.bool, device=device)
-    return torch.ones(block_size, block_size, dtype=torch.bool, device=device).tril()
+    every = torch.ones(block_size, block_size, dtype=torch.bool, device=device)
+    return every.tril() if causal else every
 
 
 def draft_attention_mask(doc_ids: torch.Tensor, anchors: torch.Tensor, block_size: int,
