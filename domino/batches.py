@@ -9,8 +9,8 @@ what a single process would.
 Anchors (PR 685 style): up to ``anchors_per_row`` distinct positions per packed row, drawn
 without replacement among the valid ones: at least one context token of the same document
 before the anchor, the whole block and its shifted target (``a .. a+B``) inside the same
-document, and an assistant token at ``a+1``. The same rule serves all three checkpoints so
-that their budgets are identical.
+document, and an assistant token where ``train.loss_mask_at`` looks (``LOSS_MASK_AT``). The
+same rule serves all three checkpoints so that their budgets are identical.
 """
 
 from __future__ import annotations
@@ -21,13 +21,34 @@ import torch
 
 from .data import pack
 
+# train.loss_mask_at: the offset, from a block slot's input position a+k, of the position whose
+# loss mask gates the slot; the anchor (slot 0, input a) is valid where that position is an
+# assistant token. "target": the position the slot predicts, a+k+shift (an anchor needs an
+# assistant token at a+1). "input": the slot's own position a+k, as speculators PR 685
+# (core.py: loss_mask[anchored_block_indices]; utils.py select_anchors: loss_mask[a]).
+LOSS_MASK_AT = ("target", "input")
+
+
+def loss_mask_offset(loss_mask_at: str, shift_label: bool) -> int:
+    """How far past a slot's input position ``a+k`` its loss mask is read (``LOSS_MASK_AT``)."""
+    if loss_mask_at not in LOSS_MASK_AT:
+        raise ValueError(f"loss_mask_at must be one of {LOSS_MASK_AT}, got {loss_mask_at!r}")
+    return int(shift_label) if loss_mask_at == "target" else 0
+
 
 class AuxNoise(NamedTuple):
     """Noise added to the auxiliary states of training rows: ``uniform`` draws from
-    ``[-scale, scale)``, ``gaussian`` from ``N(0, scale^2)``; ``none`` (or scale 0) adds nothing."""
+    ``[-scale, scale)``, ``gaussian`` from ``N(0, scale^2)``; ``none`` (or scale 0) adds nothing.
+
+    ``dtype`` says where the sum is formed: ``float32`` adds the noise to the states cast to
+    float32; ``storage`` rounds the noise to the features' storage dtype and adds it there, so
+    the noisy states are rounded to that dtype (speculators PR 685 adds its noise after casting
+    the states to bf16, where a step between neighbouring values is 1/16 for 8 <= |x| < 16, so
+    noise of 0.05 leaves most such values unchanged)."""
 
     kind: str = "none"
     scale: float = 0.0
+    dtype: str = "float32"
 
     @property
     def active(self) -> bool:
@@ -35,9 +56,11 @@ class AuxNoise(NamedTuple):
 
 
 
-def aux_noise(noise: str, noise_scale: float) -> AuxNoise:
-    """The noise of training rows from ``train.noise`` and ``train.noise_scale``."""
-    return AuxNoise(noise, noise_scale if noise != "none" else 0.0)
+def aux_noise(noise: str, noise_scale: float, noise_dtype: str = "float32") -> AuxNoise:
+    """The noise of training rows from ``train.noise``, ``train.noise_scale`` and ``train.noise_dtype``."""
+    if noise_dtype not in ("float32", "storage"):
+        raise ValueError(f"noise_dtype must be float32 or storage, got {noise_dtype!r}")
+    return AuxNoise(noise, noise_scale if noise != "none" else 0.0, noise_dtype)
 
 
 def draw_aux_noise(shape, noise: AuxNoise, generator: torch.Generator) -> torch.Tensor:
@@ -67,18 +90,20 @@ class PackedRows:
         """Rows ``rows`` as (R, T) tensors; ``row_ids`` keeps their indices for per-row randomness.
 
         The noise of row ``p`` comes from the generator of ``(*noise_seed, p)``; it covers the
-        whole row, padding included."""
+        whole row, padding included, and is added in float32 or in the storage dtype
+        (``AuxNoise.dtype``)."""
         T, f = self.pack_len, self.f
         R = len(rows)
         A = f["aux"].shape[1]
+        # stored dtype (bf16 at card scale) unless noise is added in float32: half the bytes to the device
+        aux_dtype = torch.float32 if noise.active and noise.dtype == "float32" else f["aux"].dtype
         out = {
             "input_ids": torch.zeros(R, T, dtype=torch.long),
             "position_ids": torch.zeros(R, T, dtype=torch.long),
             "doc_ids": torch.full((R, T), -1, dtype=torch.long),
             "loss_mask": torch.zeros(R, T, dtype=torch.bool),
             "target": torch.zeros(R, T, dtype=torch.long),
-            # stored dtype (bf16 at card scale) unless noise is added: half the bytes to the device
-            "aux": torch.zeros(R, T, A, dtype=torch.float32 if noise.active else f["aux"].dtype),
+            "aux": torch.zeros(R, T, A, dtype=aux_dtype),
         }
         for r, p in enumerate(rows):
             cur = 0
@@ -94,20 +119,24 @@ class PackedRows:
                 out["aux"][r, sl] = f["aux"][s:s + n]
                 cur += n
             if noise.active:
-                out["aux"][r] += draw_aux_noise(out["aux"][r].shape, noise, keyed_generator(*noise_seed, p))
+                drawn = draw_aux_noise(out["aux"][r].shape, noise, keyed_generator(*noise_seed, p))
+                out["aux"][r] += drawn.to(aux_dtype)
         out["row_ids"] = list(rows)
         return out
 
 
-def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
+def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int,
+                      loss_mask_at: str = "target") -> torch.Tensor:
     """(R, T) bool: positions ``a`` that can serve as anchors.
 
     ``a`` is valid when ``1 <= a <= T-B-1`` (a context token before it; ``a+B``, the last
     shifted target, inside the row), ``a-1`` and ``a+B`` lie in ``a``'s document (so the
     whole span ``a-1 .. a+B`` does: documents are contiguous), ``a`` is not padding (doc id -1)
-    and ``a+1`` is a loss-mask (assistant) token."""
+    and the position ``loss_mask_at`` names is a loss-mask (assistant) token: ``a+1`` for
+    ``target`` (the first token the block drafts), ``a`` itself for ``input`` (PR 685)."""
     R, T = doc_ids.shape
     B = block_size
+    off = loss_mask_offset(loss_mask_at, True)  # a+1 for target (slot 0's shifted target), a for input
     ok = torch.zeros(R, T, dtype=torch.bool)
     if T <= B + 1:
         return ok
@@ -116,7 +145,7 @@ def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size
         (doc_ids[:, 1:T - B] >= 0)
         & (doc_ids[:, 0:T - B - 1] == doc_ids[:, 1:T - B])
         & (doc_ids[:, 1 + B:T] == doc_ids[:, 1:T - B])
-        & loss_mask[:, 2:T - B + 1]
+        & loss_mask[:, 1 + off:T - B + off]
     )
     return ok
 
@@ -139,15 +168,18 @@ def sample_anchors(valid: torch.Tensor, n: int, generators) -> tuple[torch.Tenso
     return anchors, ok
 
 
-def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_size: int, shift_label: bool):
+def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_size: int, shift_label: bool,
+                 loss_mask_at: str = "target"):
     """Targets (R, N, B) draft ids and their mask: slot k predicts position t = a + k + shift,
-    whose target is the verifier's greedy draft-vocab token stored at t - 1; the mask is the
-    loss mask at t (the predicted token is an assistant token) and the anchor's validity."""
+    whose target is the verifier's greedy draft-vocab token stored at t - 1. The mask is the
+    anchor's validity and the loss mask (an assistant token) at t for ``loss_mask_at``
+    ``target``, at the slot's input position a + k for ``input`` (``LOSS_MASK_AT``)."""
     T = batch["target"].shape[1]
-    t = anchors[..., None] + torch.arange(block_size) + int(shift_label)  # (R, N, B)
-    t = t.clamp(max=T - 1)
+    k = torch.arange(block_size)
+    t = (anchors[..., None] + k + int(shift_label)).clamp(max=T - 1)  # (R, N, B)
     tgt = batch["target"].gather(1, (t - 1).flatten(1)).view(t.shape)
-    mask = batch["loss_mask"].gather(1, t.flatten(1)).view(t.shape) & ok[..., None]
+    m = (anchors[..., None] + k + loss_mask_offset(loss_mask_at, shift_label)).clamp(max=T - 1)
+    mask = batch["loss_mask"].gather(1, m.flatten(1)).view(m.shape) & ok[..., None]
     return tgt, mask
 
 

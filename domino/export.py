@@ -31,9 +31,14 @@ Where the public format cannot say exactly what our model is:
   is the anchor, never a draft, so ``correct_from`` 0 drafts as 1 does and is written as 0; a
   shifted ``correct_from`` 0 is written as -1 (right for a reader that adds, refused loudly by
   one that requires >= 0). Our reader takes the exact values from the ``domino_repro`` block.
-* ``sliding_window``: written into ``transformer_layer_config`` with
-  ``sliding_window_non_causal: true``, because speculators makes the block causal when a
-  window is set without it, and our blocks stay bidirectional.
+* ``sliding_window`` is written into ``transformer_layer_config``, and
+  ``sliding_window_non_causal`` says what the block is: true for a bidirectional block, false
+  for a causal one (``block_causal``). vLLM-family readers take ``causal = not
+  sliding_window_non_causal``; speculators PR 685 makes a block causal only under a window
+  (``attention.py``: ``non_causal = sliding_window is None or sliding_window_non_causal``), so a
+  causal block without a window, which this project can train, reads as bidirectional there.
+  Our public reader follows PR 685, the trainer whose checkpoints carry no ``domino_repro``
+  block (``_public_block_causal``).
 * Our Domino correction lives in the draft vocabulary (``embed_proj.2`` has
   ``draft_vocab_size`` rows); speculators' config and the vLLM Domino port expect the target
   vocabulary there, so a Domino export with a pruned vocabulary loads in neither as they stand.
@@ -55,7 +60,7 @@ from .model import Drafter, DrafterConfig
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 EXTRA_KEY = "domino_repro"  # our own block: what the public fields cannot say exactly
-FORMAT_VERSION = 2  # of the domino_repro block; the one version this reader reads
+FORMAT_VERSION = 3  # of the domino_repro block (3: DrafterConfig has block_causal); the one version read
 
 # our state dict name -> speculators name (prefix rewrites; everything else is unchanged)
 _HEAD_RENAMES = [
@@ -145,7 +150,7 @@ def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtyp
         "pure_draft_prefix_len": pr685_prefix_len(cfg),  # first corrected slot - 1 (module docstring)
         "emb_dim": cfg.bottleneck_size,
         "gru_hidden_dim": cfg.gru_hidden_size,
-        "sliding_window_non_causal": cfg.sliding_window is not None,
+        "sliding_window_non_causal": not cfg.block_causal,  # what the block is (module docstring)
         "dtype": dtype_name,
         "torch_dtype": dtype_name,
         "speculators_config": {
@@ -286,6 +291,7 @@ def _public_drafter_config(config: dict) -> DrafterConfig:
         pure_draft_prefix_len=max(0, int(config.get("pure_draft_prefix_len", 0))),
         correct_from=correct_from_pr685(config),
         sliding_window=_public_sliding_window(config),
+        block_causal=_public_block_causal(config),
         attn_implementation=defaults["attn_implementation"],
         init=defaults["init"],
         init_std=defaults["init_std"],
@@ -295,7 +301,7 @@ def _public_drafter_config(config: dict) -> DrafterConfig:
 
 def _public_sliding_window(config: dict) -> int | None:
     """The draft layers' window from the public fields; None for full attention. Refused where
-    this drafter cannot follow: a window on some layers only, or a causal block."""
+    this drafter cannot follow: a window on some layers only."""
     layer = config["transformer_layer_config"]
     window = layer.get("sliding_window")
     types = layer.get("layer_types") or []
@@ -305,10 +311,13 @@ def _public_sliding_window(config: dict) -> int | None:
     if not all(sliding):
         raise ExportError(f"layer_types {types} mix full and sliding-window attention; this drafter has one "
                           "window for every draft layer")
-    if not config.get("sliding_window_non_causal", False):
-        raise ExportError("a sliding window with sliding_window_non_causal false makes speculators' blocks causal; "
-                          "this drafter's blocks are bidirectional")
     return int(window)
+
+
+def _public_block_causal(config: dict) -> bool:
+    """Whether the block is causal, as PR 685 trains it: causal under a sliding window unless
+    ``sliding_window_non_causal`` (default false), bidirectional without a window."""
+    return _public_sliding_window(config) is not None and not config.get("sliding_window_non_causal", False)
 
 
 def load_speculators(out_dir: str | Path, verifier=None, attn_implementation: str | None = None) -> Drafter:

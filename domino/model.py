@@ -27,8 +27,9 @@ Conventions:
   ``x[a+k]``, slot 0 is the anchor itself and slots ``1..B-1`` give B-1 drafts.
 * Context attention is strictly before the anchor (``p < a``) and inside the anchor's
   document, and with ``sliding_window`` W no further back than ``a - W``
-  (``draft_attention_mask``); the block attends to itself bidirectionally and never to
-  another block.
+  (``draft_attention_mask``); the block never attends to another block, and within its own
+  block slot ``k`` sees every slot (bidirectional) or, with ``block_causal``, slots ``0..k``
+  (``in_block_mask``, the one definition training and inference share).
 * The Domino correction is added to the base logits in draft-vocabulary space, before draft
   ids are mapped to target ids through ``d2t``; it applies to slots ``k >= correct_from``.
 
@@ -91,6 +92,7 @@ class DrafterConfig:
     correct_from: int  # first corrected slot (PR 685: 1 + pure_draft_prefix_len); slots below never are
     attn_implementation: str  # "sdpa" | "eager" (dense reference)
     sliding_window: int | None  # None, or W: the block sees the W context rows before its anchor
+    block_causal: bool  # slot k sees slots 0..k of its block (PR 685's windowed default); False: all B slots
     init: str  # "pytorch" (module defaults) | "hf" (normal(0, init_std), see Drafter.init_hf)
     init_std: float
     verifier: str = ""  # name or path of the verifier, for the record
@@ -173,7 +175,7 @@ class DraftAttention(nn.Module):
 
     The context keys/values come from the fused auxiliary states through this layer's own
     ``k_proj``/``v_proj`` (and ``k_norm``), the same projections the block tokens use.
-    Non-causal: which keys a query sees is decided by ``mask`` alone.
+    Which keys a query sees is decided by ``mask`` alone (None: every key).
     """
 
     def __init__(self, cfg: DrafterConfig):
@@ -235,8 +237,20 @@ class DraftLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def in_block_mask(block_size: int, causal: bool, device=None) -> torch.Tensor:
+    """(B, B) bool, True = attend: which slots of its own block slot ``q`` (row) sees.
+
+    Bidirectional (``causal`` False): every slot sees all B slots of its block. Causal: slot
+    ``q`` sees slots ``0..q`` (itself and the slots before it), never a later slot; this is
+    speculators PR 685's block under a sliding window with ``sliding_window_non_causal`` off.
+    The one definition of the in-block mask: ``draft_attention_mask`` tiles it for training,
+    ``inference_attention_mask`` places it after the context cache at inference."""
+    every = torch.ones(block_size, block_size, dtype=torch.bool, device=device)
+    return every.tril() if causal else every
+
+
 def draft_attention_mask(doc_ids: torch.Tensor, anchors: torch.Tensor, block_size: int,
-                         sliding_window: int | None = None) -> torch.Tensor:
+                         sliding_window: int | None = None, block_causal: bool = False) -> torch.Tensor:
     """(R, 1, N*B, T + N*B) bool, True = attend: the keys each block query sees in training.
 
     doc_ids (R, T) document of each packed row position; anchors (R, N). Keys are the T context
@@ -245,8 +259,9 @@ def draft_attention_mask(doc_ids: torch.Tensor, anchors: torch.Tensor, block_siz
     anchor), and, with a sliding window ``W``, ``p >= a - W``: the W rows before the anchor,
     the same rows for every slot of the block (speculators' ``kv_pos >= anchor - window``).
     Rows of one document are consecutive positions, so at inference the window is the last W
-    entries of the context cache. Within its own block a slot sees all B slots (bidirectional,
-    whatever the window); it never sees another block.
+    entries of the context cache. Within its own block a slot sees the slots ``in_block_mask``
+    gives it (all B, or with ``block_causal`` slots 0..k), whatever the window; it never sees
+    another block.
     """
     R, T = doc_ids.shape
     N, B = anchors.shape[1], block_size
@@ -258,8 +273,20 @@ def draft_attention_mask(doc_ids: torch.Tensor, anchors: torch.Tensor, block_siz
         ctx = ctx & (p >= a - sliding_window)
     ctx = ctx[:, :, None, :].expand(R, N, B, T).reshape(R, N * B, T)
     own = torch.arange(N, device=doc_ids.device).repeat_interleave(B)
-    blk = (own[:, None] == own[None, :]).expand(R, N * B, N * B)
+    inner = in_block_mask(B, block_causal, doc_ids.device).repeat(N, N)  # slot q of any block vs slot k of any
+    blk = ((own[:, None] == own[None, :]) & inner).expand(R, N * B, N * B)
     return torch.cat([ctx, blk], dim=-1)[:, None]
+
+
+def inference_attention_mask(n_context: int, block_size: int, block_causal: bool, device=None) -> torch.Tensor | None:
+    """(1, 1, B, n_context + B) bool, True = attend, for one block at inference; None (every key)
+    for a bidirectional block. The context cache holds exactly the rows the block may see (the
+    document before the anchor, cut to the window), so every slot sees all of it; within the
+    block the slots see what ``in_block_mask`` gives them, as in training."""
+    if not block_causal:
+        return None
+    ctx = torch.ones(block_size, n_context, dtype=torch.bool, device=device)
+    return torch.cat([ctx, in_block_mask(block_size, True, device)], dim=-1)[None, None]
 
 
 # -----------------------------------------------------------------------------
@@ -382,11 +409,15 @@ class Drafter(nn.Module):
         """block_ids/block_pos (R, S) -> z (R, S, H) after the final norm.
 
         Without ``mask`` (inference: ``ctx_kv`` holds the positions just before the block's
-        anchor, in order) a ``sliding_window`` W keeps the last W context entries only, as
-        ``draft_attention_mask`` does in training."""
+        anchor, in order) a ``sliding_window`` W keeps the last W context entries only, and the
+        block sees itself through ``inference_attention_mask``, as ``draft_attention_mask``
+        has it in training."""
         W = self.cfg.sliding_window
-        if mask is None and W is not None:
-            ctx_kv = [(k[:, :, -W:], v[:, :, -W:]) for k, v in ctx_kv]
+        if mask is None:
+            if W is not None:
+                ctx_kv = [(k[:, :, -W:], v[:, :, -W:]) for k, v in ctx_kv]
+            n_ctx = ctx_kv[0][0].shape[2] if ctx_kv else 0
+            mask = inference_attention_mask(n_ctx, block_ids.shape[1], self.cfg.block_causal, block_ids.device)
         x = self.embed_tokens(block_ids).to(self.fc.weight.dtype)
         cos, sin = self.rotary_emb(x, block_pos)
         for layer, (k, v) in zip(self.layers, ctx_kv):
@@ -412,7 +443,7 @@ class Drafter(nn.Module):
         block_ids = torch.full((R, N, B), cfg.mask_token_id, dtype=torch.long, device=input_ids.device)
         block_ids[..., 0] = input_ids.gather(1, anchors)
         block_pos = position_ids.gather(1, anchors)[..., None] + slot
-        mask = draft_attention_mask(doc_ids, anchors, B, cfg.sliding_window)  # (R, 1, N*B, T + N*B)
+        mask = draft_attention_mask(doc_ids, anchors, B, cfg.sliding_window, cfg.block_causal)  # (R, 1, N*B, T+N*B)
 
         ctx = self.fuse_context(aux)
         z = self.backbone(block_ids.view(R, N * B), block_pos.view(R, N * B),

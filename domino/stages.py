@@ -407,7 +407,8 @@ def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype |
 
 # the DrafterConfig fields that come from the drafter section as they are
 DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size", "gru_hidden_size", "bottleneck_size",
-                "pure_draft_prefix_len", "correct_from", "attn_implementation", "sliding_window", "init", "init_std")
+                "pure_draft_prefix_len", "correct_from", "attn_implementation", "sliding_window", "block_causal", "init",
+                "init_std")
 
 
 def drafter_fields(cfg: StageConfig, run: str, tokenizer) -> dict:

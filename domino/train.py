@@ -56,6 +56,8 @@ class TrainConfig:
     rows_per_step: int
     noise: str  # see domino.batches.AuxNoise
     noise_scale: float  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
+    noise_dtype: str  # "float32" | "storage": where the noise is added (domino.batches.AuxNoise)
+    loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.batches.LOSS_MASK_AT)
     optimizer: str  # see domino.optim
     weight_decay: float  # AdamW's, on the parameters AdamW updates
     betas: tuple  # AdamW's
@@ -71,7 +73,7 @@ class TrainConfig:
 
     @property
     def aux_noise(self) -> AuxNoise:
-        return aux_noise(self.noise, self.noise_scale)
+        return aux_noise(self.noise, self.noise_scale, self.noise_dtype)
 
     @classmethod
     def from_section(cls, section: dict, *, seed: int, weighting: str) -> "TrainConfig":
@@ -117,10 +119,10 @@ def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast
     ``reduce_sum`` sums the supervised-slot count over data-parallel ranks (None: one process).
     """
     B = drafter.cfg.block_size
-    valid = valid_anchor_mask(batch["doc_ids"], batch["loss_mask"], B)
+    valid = valid_anchor_mask(batch["doc_ids"], batch["loss_mask"], B, cfg.loss_mask_at)
     gens = [keyed_generator(*step_seed, r) for r in batch["row_ids"]]
     anchors, ok = sample_anchors(valid, cfg.anchors_per_row, gens)
-    tgt, mask = slot_targets(batch, anchors, ok, B, drafter.cfg.shift_label)
+    tgt, mask = slot_targets(batch, anchors, ok, B, drafter.cfg.shift_label, cfg.loss_mask_at)
     w = slot_weights(B, cfg.gamma, cfg.weighting).to(device)
     mv = lambda x: x.to(device)  # noqa: E731
     with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -391,8 +393,9 @@ def _inputs_fingerprint(drafter, feats: dict) -> str:
 def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtype=None) -> dict:
     """Teacher-forced greedy accuracy per slot of the base and final logits on held-out rows.
 
-    Every valid anchor of a batch of rows counts once per slot whose predicted token is an
-    assistant token (the training mask, noise-free). ``overall`` pools the drafting slots
+    Every valid anchor of a batch of rows counts once per slot that the training mask keeps
+    (``loss_mask_at``: the predicted token, or the slot's input token, is an assistant token),
+    noise-free. ``overall`` pools the drafting slots
     (``first_draft_slot .. B-1``) whatever their loss weight: the DFlash shift row's slot 0,
     which has weight 0 and is never trained, counts there, and the noshift anchor slot (slot 0,
     not a draft) does not. ``first_trained_slot`` is the slot that predicts ``a+1`` when its

@@ -35,7 +35,8 @@ SEED_MODEL_ROWS = ["Verifier", "Verifier layers", "Draft layers", "Auxiliary lay
 SEED_TRAINING_ROWS = ["Dataset", "Sequence length", "Epochs", "LR", "Base-anchored curriculum", "Loss",
                       "Teacher forcing", "Hardware"]
 # rows this card adds to the seed's Training table: what the published card does not state
-EXTRA_TRAINING_ROWS = ["Optimizer", "Noise on auxiliary states", "Draft attention", "Initialisation"]
+EXTRA_TRAINING_ROWS = ["Optimizer", "Noise on auxiliary states", "Draft attention", "Attention within the block",
+                       "Loss mask of a block slot", "Initialisation"]
 CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
 SPEED_HEADER = "| Run | TPS | Speedup | Output identical to plain greedy |"
 BASELINE_LABEL = "Plain greedy (verifier only)"
@@ -63,6 +64,7 @@ CARD_INFO = {
     "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
     "gamma": 7.0, "optimizer": "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)",
     "noise": "uniform in [−0.05, 0.05]", "attention_window": "full", "init": "PyTorch's default",
+    "block_attention": "bidirectional", "loss_mask": "the predicted position",
     "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
     "scale": embedded_scale(), "license": "apache-2.0",
     "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
@@ -149,7 +151,8 @@ def test_model_and_training_tables(rendered):
     assert training_rows["Dataset"] == "ShareGPT, 5,000 samples"
     assert training_rows["Sequence length"] == "4,096"
     assert training_rows["LR"] == "6e-4, linear schedule, 50 warmup steps"
-    for row, key in zip(EXTRA_TRAINING_ROWS, ("optimizer", "noise", "attention_window", "init")):
+    for row, key in zip(EXTRA_TRAINING_ROWS, ("optimizer", "noise", "attention_window", "block_attention",
+                                              "loss_mask", "init")):
         assert training_rows[row] == CARD_INFO[key]
     assert "The published card does not state its optimizer" in text
     assert training_rows["Base-anchored curriculum"] == "lambda_base 1.0 → 0, decay ratio 0.5"

@@ -143,6 +143,11 @@ BAD = [
     ("init-enum", lambda c, t: _set(c, "drafter.init", "xavier"), "drafter.init"),
     ("init_std-zero", lambda c, t: _set(c, "drafter.init_std", 0.0), "drafter.init_std"),
     ("sliding_window-zero", lambda c, t: _set(c, "drafter.sliding_window", 0), "drafter.sliding_window"),
+    ("block_causal-string", lambda c, t: _set(c, "drafter.block_causal", "yes"), "drafter.block_causal"),
+    ("noise_dtype-enum", lambda c, t: _set(c, "train.noise_dtype", "bfloat16"), "train.noise_dtype"),
+    ("loss_mask_at-enum", lambda c, t: _set(c, "train.loss_mask_at", "anchor"), "train.loss_mask_at"),
+    ("variant-loss_mask_at-enum", lambda c, t: _set(c, "checkpoints.domino.train", {"loss_mask_at": "output"}),
+     "checkpoints.domino.train.loss_mask_at"),
     ("replicates-zero", lambda c, t: _set(c, "train.replicates", 0), "train.replicates"),
     ("replicate-name", lambda c, t: _set(c, "checkpoints.domino-seed2", {"projector": "domino", "shift_label": True,
                                                                           "weighting": "shifted"}),
@@ -183,6 +188,9 @@ def test_default_config_is_valid_and_defaults_are_filled():
     out = validate_config(cfg)
     assert cfg == before  # the input is not modified
     assert out["threads"] == 2 and out["train"]["noise"] == "none"
+    # the conventions: the default keeps its own (docs/conventions.md)
+    assert (out["drafter"]["block_causal"], out["train"]["loss_mask_at"], out["train"]["noise_dtype"]) == (
+        False, "target", "float32")
     assert out["report"] == {"model_name": "Domino-b8", "license": "apache-2.0",
                              "training_hardware": None}
     assert out["verifier"]["name"] == "embedded"  # the source, when no name is given

@@ -81,7 +81,7 @@ def test_config_fields_and_weight_names(verifier, tmp_path, kind):
     assert c["draft_vocab_size"] == 64 and c["block_size"] == 4
     assert c["mask_token_id"] == verifier.config.vocab_size - 1
     assert c["pure_draft_prefix_len"] == cfg.correct_from - 1 == 0  # PR 685: first corrected slot 1 + value
-    assert c["domino_repro"]["format_version"] == 2
+    assert c["domino_repro"]["format_version"] == 3
     assert c["gru_hidden_dim"] == 32 and c["emb_dim"] == 16
     layer = c["transformer_layer_config"]
     assert layer["model_type"] == "qwen3" and layer["num_hidden_layers"] == 2
@@ -291,6 +291,8 @@ def pr685_reader(out_dir, prefix_is_first_corrected_slot=False):
         gru_hidden_size=c["gru_hidden_dim"], bottleneck_size=c["emb_dim"], pure_draft_prefix_len=max(0, p),
         correct_from=p if prefix_is_first_corrected_slot else 1 + p, init="pytorch", init_std=0.02,
         sliding_window=layer.get("sliding_window") if layer.get("use_sliding_window") else None,
+        # attention.py: non_causal = sliding_window is None or sliding_window_non_causal
+        block_causal=bool(layer.get("use_sliding_window")) and not c.get("sliding_window_non_causal", False),
         attn_implementation="eager")
     state = {}
     for name, t in load_file(str(out_dir / "model.safetensors")).items():
@@ -310,6 +312,8 @@ PR685_CASES = {  # the three card rows, then the corrections and the window PR 6
     "domino-noshift-correct-from-0": (dict(projector="domino", shift_label=False), dict(correct_from=0)),
     "domino-window-5": (dict(projector="domino", shift_label=True), dict(sliding_window=5)),
     "dflash-noshift-window-5": (dict(projector="dflash", shift_label=False), dict(sliding_window=5)),
+    "domino-window-5-causal": (dict(projector="domino", shift_label=True), dict(sliding_window=5, block_causal=True)),
+    "dflash-window-5-causal": (dict(projector="dflash", shift_label=True), dict(sliding_window=5, block_causal=True)),
 }
 
 
@@ -325,6 +329,7 @@ def test_a_pr685_reader_gets_the_trained_draft_logits(verifier, tmp_path, case):
     drafts, logits = _draft(drafter, ids, aux)
     theirs = pr685_reader(tmp_path / "out")
     assert theirs.cfg.sliding_window == drafter.cfg.sliding_window
+    assert theirs.cfg.block_causal == drafter.cfg.block_causal
     drafts2, logits2 = _draft(theirs, ids, aux)
     assert drafts2 == drafts
     torch.testing.assert_close(logits2, logits, rtol=0, atol=0)
@@ -336,7 +341,7 @@ def test_a_pr685_reader_gets_the_trained_draft_logits(verifier, tmp_path, case):
         assert not torch.allclose(old[0], logits[0])
 
 
-@pytest.mark.parametrize("version", [1, 3, None])
+@pytest.mark.parametrize("version", [2, 4, None])
 def test_an_unknown_format_version_is_refused(verifier, tmp_path, version):
     """The domino_repro block is read exactly in the one format this project writes; another
     version is refused, not guessed."""
@@ -351,16 +356,23 @@ def test_an_unknown_format_version_is_refused(verifier, tmp_path, version):
         load_speculators(tmp_path / "out")
 
 
-def test_public_fields_with_a_causal_window_are_refused(verifier, tmp_path):
-    drafter = _variant(tiny_drafter(verifier, projector="dflash"), sliding_window=5)
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("window,block_causal", [(None, False), (5, False), (5, True), (None, True)])
+def test_sliding_window_non_causal_says_what_the_block_is(verifier, tmp_path, kind, window, block_causal):
+    """true for a bidirectional block, false for a causal one, whatever the window and the model
+    kind; the reader without the domino_repro block reads the flag as PR 685 trains it (causal
+    only under a window), so it gets every exported model but a causal block without a window."""
+    drafter = _variant(tiny_drafter(verifier, **KINDS[kind]), sliding_window=window, block_causal=block_causal)
     drafter.save(tmp_path / "ckpt")
     c = export_speculators(tmp_path / "ckpt", tmp_path / "out", "v")
+    assert c["sliding_window_non_causal"] is (not block_causal)
     layer = c["transformer_layer_config"]
-    assert (layer["sliding_window"], layer["use_sliding_window"], layer["layer_types"]) == (
-        5, True, ["sliding_attention"] * 2)
-    assert c["sliding_window_non_causal"] is True
+    if window is not None:
+        assert (layer["sliding_window"], layer["use_sliding_window"], layer["layer_types"]) == (
+            5, True, ["sliding_attention"] * 2)
+    assert load_speculators(tmp_path / "out").cfg.block_causal is block_causal
     del c["domino_repro"]
-    c["sliding_window_non_causal"] = False
     (tmp_path / "out" / "config.json").write_text(json.dumps(c))
-    with pytest.raises(ExportError, match="blocks causal"):
-        load_speculators(tmp_path / "out")
+    public = load_speculators(tmp_path / "out").cfg
+    assert public.sliding_window == window
+    assert public.block_causal is (block_causal and window is not None)

@@ -29,8 +29,11 @@ def _row_with_two_docs(verifier, drafter, a_in_doc, doc0_len=7, doc1_len=30, see
     ("dflash", True, 1), ("dflash", False, 1), ("domino", True, 1), ("domino", True, 0), ("domino", False, 1),
 ])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_training_forward_matches_inference(verifier, projector, shift, correct_from, attn):
+@pytest.mark.parametrize("block_causal", [False, True])
+def test_training_forward_matches_inference(verifier, projector, shift, correct_from, attn, block_causal):
     drafter = tiny_drafter(verifier, projector=projector, shift_label=shift, correct_from=correct_from, attn=attn)
+    if block_causal:
+        drafter = _with(drafter, block_causal=True)
     B = drafter.cfg.block_size
     a_in_doc = 11
     ids, pos, doc, aux, a = _row_with_two_docs(verifier, drafter, a_in_doc)
@@ -50,8 +53,69 @@ def test_training_forward_matches_inference(verifier, projector, shift, correct_
     base, final = drafter.forward_train(forced, pos, doc, aux, torch.tensor([[a, 3]]))
     train_logits = final[0, 0, first:]
     torch.testing.assert_close(train_logits, inf_logits, rtol=1e-9, atol=1e-9)
+    assert train_logits.argmax(-1).tolist() == inf_logits.argmax(-1).tolist()
     if projector == "dflash":
         assert torch.equal(base, final)
+
+
+def _with(drafter, **changes):
+    """The same weights under another config (a causal block, a window)."""
+    from dataclasses import replace
+
+    from domino.model import Drafter
+
+    other = Drafter(replace(drafter.cfg, **changes)).to(drafter.fc.weight.dtype).eval()
+    other.load_state_dict(drafter.state_dict())
+    return other
+
+
+def test_causal_block_mask_against_a_hand_built_reference():
+    """Two blocks of B = 3 at anchors 4 and 2 of one document: each slot sees the context rows
+    before its anchor and, with block_causal, slots 0..k of its own block; without it, all three."""
+    from domino.model import draft_attention_mask, in_block_mask, inference_attention_mask
+
+    assert in_block_mask(3, True).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    assert in_block_mask(3, False).all()
+    doc = torch.zeros(1, 6, dtype=torch.long)
+    mask = draft_attention_mask(doc, torch.tensor([[4, 2]]), 3, block_causal=True)[0, 0].int().tolist()
+    #            context rows 0-5    block 0   block 1
+    reference = [[1, 1, 1, 1, 0, 0,  1, 0, 0,  0, 0, 0],
+                 [1, 1, 1, 1, 0, 0,  1, 1, 0,  0, 0, 0],
+                 [1, 1, 1, 1, 0, 0,  1, 1, 1,  0, 0, 0],
+                 [1, 1, 0, 0, 0, 0,  0, 0, 0,  1, 0, 0],
+                 [1, 1, 0, 0, 0, 0,  0, 0, 0,  1, 1, 0],
+                 [1, 1, 0, 0, 0, 0,  0, 0, 0,  1, 1, 1]]
+    assert mask == reference
+    bidir = draft_attention_mask(doc, torch.tensor([[4, 2]]), 3)[0, 0].int().tolist()
+    assert bidir == [row[:6] + ([1, 1, 1, 0, 0, 0] if q < 3 else [0, 0, 0, 1, 1, 1]) for q, row in enumerate(reference)]
+    # inference: the whole cache (the rows the block may see), then the same in-block mask
+    inf = inference_attention_mask(4, 3, True)[0, 0].int().tolist()
+    assert inf == [[1, 1, 1, 1] + r for r in ([1, 0, 0], [1, 1, 0], [1, 1, 1])]
+    assert inference_attention_mask(4, 3, False) is None
+
+
+def test_a_causal_slot_ignores_the_slots_after_it(verifier):
+    """With block_causal the last slot's input can change without moving any earlier slot; a
+    bidirectional block's earlier slots move with it."""
+    from domino.model import Drafter
+
+    bidir = tiny_drafter(verifier, projector="dflash")
+    causal = _with(bidir, block_causal=True)
+    ids, pos, doc, aux, a = _row_with_two_docs(verifier, bidir, 9)
+    B = bidir.cfg.block_size
+    session = NeuralDraft(causal)
+    session.reset(9)
+    session.add_context(aux[:, a - 9: a], 0)
+    blk = torch.full((1, B), bidir.cfg.mask_token_id)
+    blk[0, 0] = ids[0, a]
+    blk_pos = torch.arange(9, 9 + B)[None]
+    poked = blk.clone()
+    poked[0, -1] = 5
+    for model, earlier_move in ((causal, False), (bidir, True)):
+        z = Drafter.backbone(model, blk, blk_pos, session.kv)
+        z2 = Drafter.backbone(model, poked, blk_pos, session.kv)
+        assert (not torch.allclose(z[0, :-1], z2[0, :-1])) is earlier_move
+        assert not torch.allclose(z[0, -1], z2[0, -1])
 
 
 def test_context_excludes_anchor_and_other_documents(verifier):

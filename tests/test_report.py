@@ -10,7 +10,7 @@ import pytest
 from conftest import load_config_files as load, random_verifier_dir
 
 from domino import io
-from domino.card import render, report
+from domino.card import published, render, report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 # an absolute path: a slash at the start of a word, not inside a URL or a relative path
@@ -122,6 +122,10 @@ def test_variant_changes_are_computed_from_the_config():
     assert report.variant_changes(cfg, "domino-same") == "no change"
     ablations = load("config.yaml", "config/ablations.yaml")
     assert report.variant_changes(ablations, "domino-uniform-noise") == "train.noise uniform"
+    assert report.variant_changes(ablations, "domino-block-causal") == "drafter.block_causal true"
+    assert report.variant_changes(ablations, "domino-loss-mask-input") == "train.loss_mask_at input"
+    assert report.variant_changes(ablations, "domino-uniform-noise-storage") == (
+        "train.noise uniform, train.noise_dtype storage")
 
 
 def test_training_rows_say_what_was_used():
@@ -134,6 +138,23 @@ def test_training_rows_say_what_was_used():
     assert report.noise_text(default["train"]) == "none"
     assert report.noise_text(card_cfg["train"]) == "uniform in [−0.05, 0.05]"
     assert report.noise_text({"noise": "gaussian", "noise_scale": 0.1}) == "Gaussian, standard deviation 0.1"
+    # the three conventions: the card profile follows PR 685 on each, the default keeps its own
+    source = {k: f"`{v[1]}` at a29950c2" for k, v in published.TRAINER_CONVENTIONS.items()}
+    assert report.noise_text(card_cfg["train"], "bfloat16") == (
+        "uniform in [−0.05, 0.05], added in the features' storage dtype (bfloat16), which rounds the sum, "
+        f"as speculators PR 685 ({source['train.noise_dtype']})")
+    assert report.noise_text(default["train"], "bfloat16") == "none"
+    assert report.noise_text({**default["train"], "noise": "uniform"}, "bfloat16") == (
+        f"uniform in [−0.05, 0.05], added in float32, speculators PR 685: noise_dtype storage "
+        f"({source['train.noise_dtype']})")
+    assert report.block_text(card_cfg["drafter"]) == (
+        f"causal: slot k sees slots 0..k of its block, as speculators PR 685 ({source['drafter.block_causal']})")
+    assert report.block_text(default["drafter"]) == (
+        "bidirectional: every slot sees the whole block, speculators PR 685: block_causal true "
+        f"({source['drafter.block_causal']})")
+    assert report.loss_mask_text(card_cfg["train"]).endswith(f"as speculators PR 685 ({source['train.loss_mask_at']})")
+    assert report.loss_mask_text(default["train"]).startswith("the predicted position: slot k counts when a+k+shift")
+    assert "speculators PR 685: loss_mask_at input" in report.loss_mask_text(default["train"])
     assert report.attention_text(card_cfg["drafter"]).endswith("the 2,048 context positions before its anchor")
     assert report.init_text(card_cfg["drafter"]).startswith("Hugging Face: normal(0, 0.02)")
     assert report.init_text(default["drafter"]) == "PyTorch's default initialisation of each layer"

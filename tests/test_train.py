@@ -56,6 +56,52 @@ def test_valid_anchors_at_document_boundaries_and_the_row_end():
     assert not valid_anchor_mask(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 2).any()
 
 
+# Two turns of one conversation, one row of 16 positions, as the chat template lays them out:
+# user 0-3 (3 = the assistant header), reply 4-7 (7 = its end token), user 8-10, reply 11-13,
+# then two template tokens. The loss mask marks the replies.
+TWO_TURNS = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0]], dtype=torch.bool)
+# block size 3, shifted: anchor -> slot masks under each loss_mask_at, worked out by hand
+TWO_TURN_SLOTS = {
+    # target: an anchor needs a reply token at a+1; slot k counts where a+k+1 is a reply token
+    "target": {3: [1, 1, 1], 4: [1, 1, 1], 5: [1, 1, 0], 6: [1, 0, 0], 10: [1, 1, 1], 11: [1, 1, 0], 12: [1, 0, 0]},
+    # input (PR 685): an anchor must itself be a reply token; slot k counts where a+k is one
+    "input": {4: [1, 1, 1], 5: [1, 1, 1], 6: [1, 1, 0], 7: [1, 0, 0], 11: [1, 1, 1], 12: [1, 1, 0]},
+}
+
+
+@pytest.mark.parametrize("at", ["target", "input"])
+def test_loss_mask_at_on_a_two_turn_conversation(at):
+    doc = torch.zeros(1, 16, dtype=torch.long)
+    valid = valid_anchor_mask(doc, TWO_TURNS, 3, at)[0]
+    expected = TWO_TURN_SLOTS[at]
+    assert valid.nonzero().flatten().tolist() == sorted(expected)
+    anchors = torch.arange(1, 13)[None]  # every anchor the row's length allows
+    batch = {"target": torch.zeros(1, 16, dtype=torch.long), "loss_mask": TWO_TURNS}
+    _, mask = slot_targets(batch, anchors, valid[anchors], 3, True, at)
+    got = {int(a): m.int().tolist() for a, m in zip(anchors[0], mask[0]) if m.any()}
+    assert got == expected
+    # without the shift a slot predicts its own position: both settings mask the slots alike
+    _, noshift = slot_targets(batch, anchors, torch.ones_like(anchors, dtype=torch.bool), 3, False, at)
+    _, ref = slot_targets(batch, anchors, torch.ones_like(anchors, dtype=torch.bool), 3, False, "target")
+    assert torch.equal(noshift, ref)
+
+
+@pytest.mark.parametrize("at", ["target", "input"])
+def test_training_and_validation_read_loss_mask_at(at):
+    """compute_losses, which training and validation share, draws its anchors and masks its
+    slots by train.loss_mask_at: with more anchors than valid positions it supervises exactly
+    the hand-counted slots."""
+    verifier = tiny_verifier()
+    drafter = tiny_drafter(verifier, projector="domino", block_size=3).float()
+    batch = {"input_ids": torch.randint(0, 90, (1, 16)), "position_ids": torch.arange(16)[None],
+             "doc_ids": torch.zeros(1, 16, dtype=torch.long), "loss_mask": TWO_TURNS,
+             "target": torch.zeros(1, 16, dtype=torch.long), "aux": torch.randn(1, 16, 3 * 64), "row_ids": [0]}
+    cfg = TrainConfig.schema_defaults(anchors_per_row=32, loss_mask_at=at)
+    *_, mask = T.compute_losses(drafter, batch, cfg, (0, 3, 0), torch.device("cpu"))
+    assert int(mask.sum()) == sum(map(sum, TWO_TURN_SLOTS[at].values()))  # target 15, input 14
+    assert int(mask.any(-1).sum()) == len(TWO_TURN_SLOTS[at])
+
+
 # -----------------------------------------------------------------------------
 # validation
 
@@ -206,7 +252,30 @@ def test_noise_on_packed_rows():
     expected = clean["aux"][1] + 0.05 * torch.randn(clean["aux"][1].shape, generator=keyed_generator(0, 2, 7, 1))
     assert torch.equal(gauss["aux"][0], expected)
     assert TrainConfig.schema_defaults().aux_noise == AuxNoise("none", 0.0)
+    assert TrainConfig.schema_defaults().aux_noise.dtype == "float32"
     assert not TrainConfig.schema_defaults(noise_scale=0.1).aux_noise.active  # noise none: the scale is unused
+
+
+def test_noise_in_the_storage_dtype_rounds_with_the_states():
+    """noise_dtype storage adds the noise in the features' dtype (bf16 here): the row stays bf16
+    and equals the stored states plus the bf16-rounded noise, and where |x| >= 8 (bf16 steps of
+    1/16 or more) most noise of 0.05 rounds away; float32 keeps all of it."""
+    feats = _features()
+    feats["aux"] = feats["aux"].to(torch.bfloat16)
+    feats["aux"][:, :64] = 10.0
+    rows = PackedRows(feats, 64)
+    clean = rows.batch([0])["aux"]
+    f32 = rows.batch([0], AuxNoise("uniform", 0.05, "float32"), (0, 2, 7))["aux"]
+    bf16 = rows.batch([0], AuxNoise("uniform", 0.05, "storage"), (0, 2, 7))["aux"]
+    assert f32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
+    drawn = draw_aux_noise(clean[0].shape, AuxNoise("uniform", 0.05), keyed_generator(0, 2, 7, 0))
+    assert torch.equal(bf16[0], clean[0] + drawn.to(torch.bfloat16))
+    assert torch.equal(f32[0], clean[0].float() + drawn)
+    n = int(rows.batch([0])["doc_ids"].ge(0).sum())  # the row's real tokens
+    big = (slice(0, n), slice(0, 64))
+    assert float((bf16[0][big] == clean[0][big]).float().mean()) > 0.5  # rounded away
+    assert float((f32[0][big] == clean[0][big].float()).float().mean()) < 0.01
+    assert TrainConfig.schema_defaults(noise="uniform", noise_dtype="storage").aux_noise.dtype == "storage"
 
 
 # -----------------------------------------------------------------------------

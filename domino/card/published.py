@@ -60,3 +60,22 @@ FIGURES = {
         "overall": {"base_acc": 0.121, "final_acc": 0.272},
     },
 }
+
+# The card's trainer, where the card is silent on a convention that changes the model: speculators
+# PR 685 ("Domino head for DFlash", vllm-project/speculators) at this commit. config/card.yaml
+# follows it; docs/conventions.md sets each beside this project's default.
+TRAINER = "speculators PR 685"
+TRAINER_COMMIT = "a29950c2"
+# config key -> (PR 685's value, where it is set: file and lines at TRAINER_COMMIT)
+TRAINER_CONVENTIONS = {
+    "drafter.block_causal": (
+        True, "src/speculators/models/dflash/attention.py:43 and 96-97 (non_causal = sliding_window is None "
+              "or sliding_window_non_causal), with scripts/train.py:1131-1136 (--sliding-window-non-causal, "
+              "off by default) and every draft layer windowed"),
+    "train.loss_mask_at": (
+        "input", "src/speculators/models/dflash/core.py:406 (loss_mask[:, anchored_block_indices], slot k "
+                 "at a+k) and src/speculators/models/dflash/utils.py:44-45 (select_anchors: loss_mask[a])"),
+    "train.noise_dtype": (
+        "storage", "src/speculators/train/data.py:188-191 (hidden states cast to bf16), then 211-213 (the "
+                   "noise transform, src/speculators/train/noise_transforms.py:23-25)"),
+}

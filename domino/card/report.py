@@ -12,6 +12,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from . import published
 from .render import CardPaths, render_card
 from .results import sampling_dir
 from ..common import hardware
@@ -120,12 +121,46 @@ def optimizer_text(train: dict) -> str:
             f"AdamW on the rest ({adamw})")
 
 
-def noise_text(train: dict) -> str:
-    """The training noise in words (``domino.batches.aux_noise`` reads the config keys)."""
-    kind, scale = aux_noise(train["noise"], train["noise_scale"])
-    return {"none": "none",
-            "uniform": f"uniform in [−{scale:g}, {scale:g}]",
-            "gaussian": f"Gaussian, standard deviation {scale:g}"}[kind]
+def trainer_note(key: str, value) -> str:
+    """Where a convention stands against the card's trainer (``published.TRAINER_CONVENTIONS``):
+    "as speculators PR 685 (source)" when ``value`` is its choice, else "speculators PR 685: its
+    choice (source)"."""
+    theirs, source = published.TRAINER_CONVENTIONS[key]
+    where = f"`{source}` at {published.TRAINER_COMMIT}"
+    if value == theirs:
+        return f"as {published.TRAINER} ({where})"
+    return f"{published.TRAINER}: {key.split('.')[-1]} {_setting(theirs)} ({where})"
+
+
+def noise_text(train: dict, storage_dtype: str | None = None) -> str:
+    """The training noise in words (``domino.batches.aux_noise`` reads the config keys); with
+    ``storage_dtype`` (features.dtype) also the dtype it is added in (``train.noise_dtype``)."""
+    noise = aux_noise(train["noise"], train["noise_scale"], train.get("noise_dtype", "float32"))
+    words = {"none": "none",
+             "uniform": f"uniform in [−{noise.scale:g}, {noise.scale:g}]",
+             "gaussian": f"Gaussian, standard deviation {noise.scale:g}"}[noise.kind]
+    if storage_dtype is None or not noise.active:
+        return words
+    where = ("added in float32" if noise.dtype == "float32"
+             else f"added in the features' storage dtype ({storage_dtype}), which rounds the sum")
+    return f"{words}, {where}, {trainer_note('train.noise_dtype', noise.dtype)}"
+
+
+def block_text(drafter: dict) -> str:
+    """What a block slot sees of its own block (``drafter.block_causal``), beside PR 685's choice."""
+    causal = bool(drafter.get("block_causal", False))
+    words = ("causal: slot k sees slots 0..k of its block" if causal
+             else "bidirectional: every slot sees the whole block")
+    return f"{words}, {trainer_note('drafter.block_causal', causal)}"
+
+
+def loss_mask_text(train: dict) -> str:
+    """Which position's loss mask gates a slot and an anchor (``train.loss_mask_at``)."""
+    at = train.get("loss_mask_at", "target")
+    words = ("the predicted position: slot k counts when a+k+shift is an assistant token, an anchor needs one "
+             "at a+1" if at == "target" else
+             "the input position: slot k counts when a+k is an assistant token, an anchor must be one")
+    return f"{words}, {trainer_note('train.loss_mask_at', at)}"
 
 
 def attention_text(drafter: dict) -> str:
@@ -188,7 +223,9 @@ def card_info(cfg: dict, results: Path) -> dict:
         "lambda_ratio": t["lambda_ratio"],
         "gamma": t["gamma"],
         "optimizer": optimizer_text(t),
-        "noise": noise_text(t),
+        "noise": noise_text(t, cfg["features"]["dtype"]),
+        "block_attention": block_text(cfg["drafter"]),
+        "loss_mask": loss_mask_text(t),
         "attention_window": attention_text(cfg["drafter"]),
         "init": init_text(cfg["drafter"]),
         "anchors_per_row": t["anchors_per_row"],
