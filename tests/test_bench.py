@@ -210,3 +210,24 @@ def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
     assert [r["run"] for r in rows] == ["dflash-shift", "dflash-noshift", "domino"]
     assert all(r["same_tokens"] is True and r["quiet"]["prompts"] == 2 for r in rows)
     assert json.loads((tmp_path / "paired.json").read_text())["rows"][2]["run"] == "domino"
+
+
+def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
+    from domino.bench import rotation
+    names = ("baseline", "a", "b", "c")
+    for start in (0, 3, 7):
+        places = {n: sorted(rotation(names, i).index(n) for i in range(start, start + len(names))) for n in names}
+        assert all(p == [0, 1, 2, 3] for p in places.values()), places
+
+
+def test_timed_restores_the_garbage_collector_even_on_error():
+    import gc
+    from domino.bench import timed
+
+    def boom(i, ids, n):
+        assert not gc.isenabled()
+        raise RuntimeError("x")
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        timed(boom, 0, [1], 1)
+    assert gc.isenabled()

@@ -619,3 +619,12 @@ def test_new_timing_columns_are_masked_by_compare(ablation_card):
     # every cell that holds a timing figure ("×" or a TPS) sits in a masked column
     for line in compare.card_tables(ablation_card):
         assert not any(c.endswith("]") and "×" in c for c in line), line
+
+
+def test_zero_rates_print_as_counts_with_an_upper_bound():
+    from domino.card.filters import ci
+    from domino.card.tables import Estimate, zero_estimate
+    zero = zero_estimate(1234, 40, 0.95)
+    assert ci(zero) == f"0 of 1,234 steps (95% upper bound {1 - 0.025 ** (1 / 40):.3f})"
+    assert ci(zero_estimate(0, 0, 0.95)) == "0 of 0 steps"  # a position no step reached
+    assert ci(Estimate(0.5, 0.4, 0.6)) == "0.500 [0.400, 0.600]"
