@@ -61,16 +61,17 @@ def _job(verifier, runs=("domino",)) -> Loaded:
     return Loaded(None, verifier, [], {run: NeuralDraft(tiny_drafter(verifier)) for run in runs})
 
 
-def test_one_job_decodes_every_run_beside_plain_the_order_reversing(verifier, one_thread):
-    """Plain and each run's speculative decode back to back per prompt, the order reversed from
+def test_one_job_decodes_every_run_beside_plain_the_order_rotating(verifier, one_thread):
+    """Plain and each run's speculative decode back to back per prompt, the order rotated from
     one prompt to the next; the same tokens every way; a parting is refused, naming the prompt."""
     prompts = [[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9], [7, 9, 3, 2, 3, 8, 4]]
     tasks = [{"task_id": f"t/{i}"} for i in range(3)]
     decodes = timed_decodes(_job(verifier, ("a", "b")), prompts, 12)
-    assert [d.order for d in decodes] == [("baseline", "a", "b"), ("b", "a", "baseline"), ("baseline", "a", "b")]
-    for run in ("a", "b"):
+    assert [d.order for d in decodes] == [("baseline", "a", "b"), ("a", "b", "baseline"), ("b", "baseline", "a")]
+    for run, first, places in (("a", [True, False, True], [1, 0, 2]), ("b", [True, False, False], [2, 1, 0])):
         timings = [d.timing(run) for d in decodes]
-        assert [t.plain_first for t in timings] == [True, False, True]
+        assert [t.plain_first for t in timings] == first
+        assert [t.position for t in timings] == places and [t.plain_position for t in timings] == [0, 2, 1]
         assert all(t.plain is d.results["baseline"] for t, d in zip(timings, decodes))  # one plain decode, shared
         assert all(t.plain.new_token_ids == t.speculative.new_token_ids for t in timings)
         assert lossless_check(verifier, tasks, prompts, timings, 0.0) == []
