@@ -7,11 +7,12 @@ from the hub dataset ``openai/openai_humaneval`` through ``datasets``.
 Speed is paired: one job decodes every prompt plain and with each checkpoint's drafter, back to
 back (``timed_decodes``), so ``speedup`` never divides figures of two moments, and two
 checkpoints are compared on decodes of the same moments too.
-Intervals are percentile bootstraps over prompts (``domino.stats``).
+Intervals are BCa bootstraps over prompts (``domino.stats``).
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import logging
@@ -30,12 +31,13 @@ from .model import Drafter
 from .sampling import SamplingRule, seeded_generator
 from .verifier import eos_ids, load_tokenizer, load_verifier
 from .metrics import acceptance_intervals, acceptance_summary, repeated_ngram_share, tokens_per_second
-from .stats import (LEVEL, RESAMPLES, Interval, acceptance_length_difference, paired_relative_difference,
-                    paired_speedup, ratio_of_sums)
+from .stats import (LEVEL, RESAMPLES, Interval, acceptance_length_difference, paired_rate_ratio,
+                    paired_relative_difference, paired_speedup, ratio_of_sums)
 
 logger = logging.getLogger(__name__)
 
-TIMING = "paired: plain and speculative decode of each prompt back to back, order alternating, one untimed warm-up"
+TIMING = ("paired: every decoder on each prompt back to back, the order rotated cyclically from one prompt to the "
+          "next, garbage collection off while a decode is timed, one untimed warm-up of a full block per decoder")
 
 
 class BenchmarkError(RuntimeError):
@@ -172,6 +174,8 @@ class PromptTiming:
     plain: DecodeResult
     speculative: DecodeResult | None
     plain_first: bool
+    position: int = 0  # the main decode's place in the prompt's order, 0 = first
+    plain_position: int = 0
 
     @property
     def main(self) -> DecodeResult:
@@ -187,9 +191,11 @@ class PromptDecodes:
 
     def timing(self, run: str) -> PromptTiming:
         """The pair of this prompt that run ``run`` is measured by (plain alone for the baseline)."""
+        plain_at = self.order.index(PLAIN)
         if run == PLAIN:
-            return PromptTiming(self.results[PLAIN], None, True)
-        return PromptTiming(self.results[PLAIN], self.results[run], self.order.index(PLAIN) < self.order.index(run))
+            return PromptTiming(self.results[PLAIN], None, True, plain_at, plain_at)
+        at = self.order.index(run)
+        return PromptTiming(self.results[PLAIN], self.results[run], plain_at < at, at, plain_at)
 
 
 def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str]) -> Loaded:
@@ -234,19 +240,49 @@ def decoders(loaded: Loaded, decoding: Decoding = Decoding()) -> dict[str, Decod
     return {PLAIN: decoder(None)} | {run: decoder(draft) for run, draft in loaded.drafts.items()}
 
 
+def rotation(names: tuple[str, ...], prompt_index: int) -> tuple[str, ...]:
+    """Prompt ``prompt_index``'s order: ``names`` rotated left by ``prompt_index`` places (a cyclic
+    Latin square). Over any k consecutive prompts, k = len(names), every decoder takes every
+    place exactly once, so a drift of the machine's speed with the place in the order (a warm
+    cache after the decoder before, a turbo budget spent) falls on every decoder alike."""
+    k = prompt_index % len(names)
+    return names[k:] + names[:k]
+
+
+def untimed_tokens(loaded: Loaded, max_new_tokens: int) -> int:
+    """The warm-up's token budget: the prefill's token, one step of a full block of drafts and its
+    token, and one more, so that the verifier runs its 1 + B-row verify shape and the drafter
+    its full block before anything is timed (capped by the benchmark's own budget)."""
+    block = max((d.drafts_per_step for d in loaded.drafts.values()), default=0)
+    return max(1, min(max_new_tokens, block + 3))
+
+
+def timed(run: Decode, i: int, ids: list[int], max_new_tokens: int) -> DecodeResult:
+    """One decode with the garbage collector off, so that no collection lands inside the timing;
+    the collector's previous state comes back even if the decode raises."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return run(i, ids, max_new_tokens)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
                   desc: str = "benchmark", decoding: Decoding = Decoding()) -> list[PromptDecodes]:
-    """Every prompt decoded by every decoder back to back, the order reversed from one prompt to
-    the next (plain first on prompts 0, 2, ..., last on 1, 3, ...), so that drifting load hits
-    every pair of decoders alike. One untimed warm-up per decoder first, so that allocator and
-    thread-pool start-up do not land on prompt 0."""
+    """Every prompt decoded by every decoder back to back, in the cyclic order of ``rotation``,
+    each decode timed with the garbage collector off (``timed``). One untimed warm-up per decoder
+    first, long enough for a step with a full block of drafts (``untimed_tokens``), so that
+    allocator, kernel and thread-pool start-up land on no timed prompt."""
     runs = decoders(loaded, decoding)
+    warm = untimed_tokens(loaded, max_new_tokens)
     for warm_up in runs.values():
-        warm_up(0, encoded[0], min(4, max_new_tokens))
-    out = []
+        warm_up(0, encoded[0], warm)
+    names, out = tuple(runs), []
     for i, ids in enumerate(tqdm(encoded, desc=desc, mininterval=5)):
-        order = tuple(runs) if i % 2 == 0 else tuple(reversed(runs))
-        out.append(PromptDecodes({name: runs[name](i, ids, max_new_tokens) for name in order}, order))
+        order = rotation(names, i)
+        out.append(PromptDecodes({name: timed(runs[name], i, ids, max_new_tokens) for name in order}, order))
     return out
 
 
@@ -274,15 +310,23 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
     return near_ties
 
 
-def speed_summary(timings: list[PromptTiming], seed: int) -> dict:
-    """Totals, both TPS and the paired speedup ``sum(plain s) / sum(speculative s)``, with intervals."""
+def speed_summary(timings: list[PromptTiming], seed: int, greedy: bool = True) -> dict:
+    """Totals, both TPS and the paired speedup with intervals.
+
+    Greedy: ``sum(plain s) / sum(speculative s)``, both decodes giving the same tokens. Sampling:
+    the two decodes of a prompt give outputs of other lengths, so the speedup is the ratio of
+    token rates, ``(sum(spec tokens) / sum(spec s)) / (sum(plain tokens) / sum(plain s))``,
+    prompts resampled in pairs (``domino.stats.paired_rate_ratio``)."""
     tokens = [len(t.main.new_token_ids) for t in timings]
     plain_tokens = [len(t.plain.new_token_ids) for t in timings]
     seconds = [t.main.seconds for t in timings]
     plain_seconds = [t.plain.seconds for t in timings]
     tps = ratio_of_sums(tokens, seconds, RESAMPLES, seed)
     plain_tps = ratio_of_sums(plain_tokens, plain_seconds, RESAMPLES, seed)
-    speedup = paired_speedup(plain_seconds, seconds, RESAMPLES, seed)
+    if greedy:
+        speedup = paired_speedup(plain_seconds, seconds, RESAMPLES, seed)
+    else:
+        speedup = paired_rate_ratio(tokens, seconds, plain_tokens, plain_seconds, RESAMPLES, seed)
     return {"prompts": len(timings), "new_tokens": sum(tokens), "seconds": sum(seconds),
             "tps": tokens_per_second(sum(tokens), sum(seconds)), "tps_ci": tps.bounds(),
             "plain_seconds": sum(plain_seconds), "plain_tps": tokens_per_second(sum(plain_tokens), sum(plain_seconds)),
@@ -314,16 +358,17 @@ def verifier_behaviour(timings: list[PromptTiming]) -> dict:
 def prompt_records(tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming]) -> list[dict]:
     return [{"task_id": task["task_id"], "prompt_token_ids": ids, "new_token_ids": t.main.new_token_ids,
              "accepted_per_step": t.main.accepted_per_step, "seconds": t.main.seconds,
-             "plain_seconds": t.plain.seconds, "plain_first": t.plain_first, "stop_reason": t.main.stop_reason}
+             "plain_seconds": t.plain.seconds, "plain_first": t.plain_first, "position": t.position,
+             "plain_position": t.plain_position, "stop_reason": t.main.stop_reason}
             for task, ids, t in zip(tasks, encoded, timings)]
 
 
 def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list[dict], tie_tolerance: float,
-              seed: int) -> dict:
+              seed: int, greedy: bool = True) -> dict:
     """The ``summary`` of a results file (docs/results.md): speed, acceptance, verifier behaviour,
     the lossless verdict and the bootstrap's settings."""
     speculative = drafts_per_step > 0
-    return {**speed_summary(timings, seed), **acceptance_fields(timings, drafts_per_step, seed),
+    return {**speed_summary(timings, seed, greedy), **acceptance_fields(timings, drafts_per_step, seed),
             **verifier_behaviour(timings), "matches_baseline": not near_ties, "near_tie_divergences": near_ties,
             "tie_tolerance": tie_tolerance if speculative else 0.0,
             # one job decodes the baseline file and every run beside it: their plain decodes are one
@@ -361,7 +406,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol) if config.greedy else []
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
-                        "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed),
+                        "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy),
                         "prompts": prompt_records(tasks, encoded, timings)}
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result)

@@ -12,9 +12,25 @@ context. Greedy verification makes the output the verifier's own greedy output; 
 sampling rule keeps it distributed as plain sampling.
 
 Token accounting: ``new_token_ids`` = the prefill's token + per step ``accepted + 1``,
-truncated at the first EOS (inclusive) or at ``max_new_tokens``; a step's ``accepted`` counts
-only drafts that made it into the output, so ``len(new) == 1 + steps + sum(accepted)``
-whenever the last step's bonus is kept.
+truncated at the first EOS (inclusive) or at ``max_new_tokens``.
+
+Step accounting follows vLLM's spec-decode counters (``vllm/v1/core/sched/scheduler.py``,
+``Scheduler.update_from_output`` -> ``make_spec_decoding_stats`` ->
+``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingStats.observe_draft``): a step is recorded
+(one of vLLM's ``num_drafts``) only when it verified at least one draft; its ``accepted`` is
+every draft the verifier accepted, counted before the output is cut at EOS or at the token
+budget (vLLM's ``len(generated_token_ids) - 1``); position i counts the step as accepted
+when ``accepted > i`` (``num_accepted_tokens_per_pos``). vLLM never shortens a block for the
+token budget (its scheduler drafts the full block, "we don't schedule partial draft tokens"),
+only for the context length, so the greedy rule drafts the full block up to the context
+(``n <= context - anchor position - 2``: the token after the drafts stays inside it), and
+every recorded step counts in every position's denominator, as in vLLM's
+``num_draft_tokens_per_pos``. The sampling rule drafts at most ``budget - 1`` tokens (more
+would draw other random numbers and change the sampled output); a step it shortened for the
+budget is not recorded, since vLLM would have drafted, and counted, a full block there.
+A step that drafts nothing is a plain verifier step and is never recorded.
+Hence ``len(new) == 1 + steps + sum(accepted)`` holds when no recorded step was cut and no
+step went unrecorded; otherwise ``len(new)`` is smaller or larger accordingly.
 """
 
 from __future__ import annotations
@@ -32,7 +48,7 @@ from .aux import AuxCapture
 @dataclass
 class DecodeResult:
     new_token_ids: list[int]
-    accepted_per_step: list[int] = field(default_factory=list)  # empty for plain greedy
+    accepted_per_step: list[int] = field(default_factory=list)  # recorded steps (module docstring); empty for plain
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0  # every verifier forward, prefill included
     seconds: float = 0.0  # wall time of the whole call
@@ -103,6 +119,11 @@ class GreedyRule:
     def pick(self, logits: torch.Tensor) -> int:
         """logits (V,) of the verifier's next position -> the token there."""
         return int(logits.argmax())
+
+    def drafts_for_budget(self, block: int, budget: int) -> int:
+        """Drafts to propose when ``budget`` tokens remain: the full block (vLLM's schedule; the
+        tokens past the budget are verified and dropped, which leaves greedy output unchanged)."""
+        return block
 
     def propose(self, draft, anchor: int, anchor_pos: int, n: int):
         """``n`` drafts after the anchor, and what ``verify`` needs of them (nothing here)."""
@@ -194,7 +215,9 @@ class OracleDraft:
 
     def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
         i = anchor_pos - self.prompt_len + 1  # index in ref of the token after the anchor
-        return self.ref[i:i + n]
+        out = self.ref[i:i + n]
+        # past the reference's end (a block beyond the token budget) pad with its last token
+        return out + [self.ref[-1] if self.ref else 0] * (n - len(out))
 
 
 def speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule) -> DecodeResult:
@@ -226,9 +249,13 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
     t_draft += time.perf_counter() - t1
     pos = len(prompt_ids)  # position of the anchor, which the verifier has not read yet
     done = stop.push(anchor)
+    context = verifier.config.max_position_embeddings
     while not done:
         t0 = time.perf_counter()
-        drafts, proposal = rule.propose(draft, anchor, pos, min(draft.drafts_per_step, stop.budget - 1))
+        # vLLM's schedule: the full block, cut only where the token after it would leave the context
+        full = max(0, min(draft.drafts_per_step, context - pos - 2))
+        n = min(full, rule.drafts_for_budget(full, stop.budget))
+        drafts, proposal = rule.propose(draft, anchor, pos, n)
         t1 = time.perf_counter()
         out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache},
                        use_cache=True, output_hidden_states=want_aux)
@@ -240,13 +267,12 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
         t3 = time.perf_counter()
         t_draft += (t1 - t0) + (t3 - t2)
         t_verify += t2 - t1
-        kept = 0
         for tok in drafts[:c] + [nxt]:
-            kept += 1
             if stop.push(tok):
                 done = True
                 break
-        accepted_per_step.append(min(c, kept))
+        if drafts and len(drafts) == full:  # vLLM's num_drafts: a step that verified a block
+            accepted_per_step.append(c)
         anchor, pos = nxt, pos + c + 1
     seconds = time.perf_counter() - t_start
     return DecodeResult(stop.tokens, accepted_per_step, t_draft, t_verify, seconds, stop.reason)

@@ -157,6 +157,11 @@ class SamplingRule:
     def pick(self, logits: torch.Tensor) -> int:
         return _draw(sampling_probs(logits, self.temperature, self.top_p), self.generator)
 
+    def drafts_for_budget(self, block: int, budget: int) -> int:
+        """At most ``budget - 1`` drafts: a draft past the budget would draw random numbers that
+        the tokens inside it then no longer draw, and change the sampled output."""
+        return min(block, budget - 1)
+
     def propose(self, draft, anchor: int, anchor_pos: int, n: int):
         proposal = propose_sampled(draft, anchor, anchor_pos, n, self.temperature, self.top_p, self.generator)
         return proposal.token_ids, proposal

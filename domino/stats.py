@@ -1,4 +1,4 @@
-"""Intervals for benchmark figures: percentile bootstrap over prompts.
+"""Intervals for benchmark figures: BCa bootstrap over prompts.
 
 Conventions, stated once:
 
@@ -6,9 +6,17 @@ Conventions, stated once:
   replacement from ``numpy.random.default_rng(seed)`` as one ``(resamples, n)`` array; every
   statistic of one call sees the same draws, so figures compared on the same prompts (plain
   vs speculative seconds, checkpoint A vs checkpoint B) are paired.
-* The interval is the percentile interval: the ``(1 - level) / 2`` and ``(1 + level) / 2``
-  quantiles of the resampled statistic (numpy's default linear interpolation). The estimate is
-  the statistic on the prompts as they are, not the mean of the resamples.
+* The interval is the BCa (bias-corrected and accelerated) interval: the quantiles of the
+  resampled statistic at ``Phi(z0 + (z0 + z) / (1 - a (z0 + z)))`` for ``z`` the normal
+  quantiles of ``(1 -+ level) / 2``, with ``z0`` the bias (the normal quantile of the share of
+  resamples below the estimate) and ``a`` the acceleration from the leave-one-prompt-out
+  jackknife. Ratios of sums and relative differences are skewed near 0 and 1, where the plain
+  percentile interval is off; BCa corrects to second order. Where the correction is undefined
+  (every resample on one side of the estimate, or a zero-width spread) the percentile interval
+  is used. The estimate is the statistic on the prompts as they are.
+* A proportion of zero (no step accepted a draft at some position) has no spread to resample:
+  its interval is ``[0, zero_upper_bound(P)]``, the exact binomial upper bound with the P
+  prompts as the trials, since steps of one prompt are not independent.
 * Acceptance counts come as one list per prompt of accepted drafts per speculative step
   (``DecodeResult.accepted_per_step``). Two acceptance-length definitions are in use:
   *pooled* ``1 + sum(accepted) / sum(steps)`` over all steps of all prompts (the seed card,
@@ -21,6 +29,7 @@ Conventions, stated once:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Callable
 
 import numpy as np
@@ -30,6 +39,9 @@ import numpy as np
 # the interval's own width (about 0.08), for a cost of about 0.2 s per results file.
 RESAMPLES = 2000
 LEVEL = 0.95
+# "bca" (every results file), or "percentile": the plain quantiles, which BCa falls back to where
+# its correction is undefined and which tests/test_stats.py's hand-worked cases read
+METHOD = "bca"
 
 
 @dataclass(frozen=True)
@@ -65,42 +77,82 @@ def resample_indices(n: int, resamples: int = RESAMPLES, seed: int = 0) -> np.nd
 
 
 def _bootstrap_draws(statistic: Callable[[np.ndarray], np.ndarray], n: int, resamples: int, seed: int):
-    """``statistic`` maps an (R, n) index array to (R,) or (R, D) values. Returns (estimate, draws)."""
+    """``statistic`` maps an (R, m) index array to (R,) or (R, D) values. Returns (estimate, draws, jackknife):
+    the statistic of the sample, of each resample and of each leave-one-prompt-out sample."""
     estimate = np.asarray(statistic(np.arange(n)[None]), dtype=float)[0]
     draws = np.asarray(statistic(resample_indices(n, resamples, seed)), dtype=float)
-    return estimate, draws
+    if n > 1:
+        leave_out = np.array([np.delete(np.arange(n), i) for i in range(n)])  # (n, n-1)
+        jackknife = np.asarray(statistic(leave_out), dtype=float)
+    else:
+        jackknife = np.full((1, *np.shape(estimate)), np.nan)
+    return estimate, draws, jackknife
 
 
-def _quantiles(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+def _check_level(level: float) -> None:
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level}")
-    low, high = np.nanquantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    return low, high
+
+
+def _bca_bounds(estimate: float, draws: np.ndarray, jackknife: np.ndarray, level: float) -> tuple[float, float]:
+    """BCa bounds of one scalar statistic (module docstring); the percentile bounds where the
+    correction is undefined. NaN draws (an undefined statistic) are left out."""
+    _check_level(level)
+    tails = [(1 - level) / 2, (1 + level) / 2]
+    d = draws[~np.isnan(draws)]
+    if d.size == 0:
+        return float("nan"), float("nan")
+    normal = NormalDist()
+    below = (np.sum(d < estimate) + 0.5 * np.sum(d == estimate)) / d.size
+    jk = jackknife[~np.isnan(jackknife)]
+    if METHOD == "percentile" or not 0.0 < below < 1.0 or np.ptp(d) == 0 or jk.size < 2:
+        low, high = np.quantile(d, tails)
+        return float(low), float(high)
+    z0 = normal.inv_cdf(float(below))
+    dev = jk.mean() - jk
+    spread = float(np.sum(dev ** 2))
+    a = float(np.sum(dev ** 3)) / (6.0 * spread ** 1.5) if spread > 0 else 0.0
+    adjusted = []
+    for t in tails:
+        z = normal.inv_cdf(t)
+        adjusted.append(normal.cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z))))
+    low, high = np.quantile(d, adjusted)
+    return float(low), float(high)
 
 
 def bootstrap(statistic: Callable[[np.ndarray], np.ndarray], n: int, resamples: int = RESAMPLES, seed: int = 0,
               level: float = LEVEL) -> Interval:
-    """Percentile interval of a scalar statistic of ``n`` prompts.
+    """BCa interval of a scalar statistic of ``n`` prompts.
 
-    statistic: (R, n) prompt indices -> (R,) values; row 0 of ``np.arange(n)[None]`` is the
-    sample itself. Resamples whose statistic is undefined (NaN, e.g. no step at all) are left
-    out of the quantiles."""
-    estimate, draws = _bootstrap_draws(statistic, n, resamples, seed)
-    low, high = _quantiles(draws, level)
-    return Interval(float(estimate), float(low), float(high), level, resamples, seed)
+    statistic: (R, m) prompt indices -> (R,) values (any m: the jackknife passes m = n - 1); row
+    0 of ``np.arange(n)[None]`` is the sample itself. Resamples whose statistic is undefined
+    (NaN, e.g. no step at all) are left out of the quantiles."""
+    estimate, draws, jackknife = _bootstrap_draws(statistic, n, resamples, seed)
+    low, high = _bca_bounds(float(estimate), draws, jackknife, level)
+    return Interval(float(estimate), low, high, level, resamples, seed)
 
 
 def bootstrap_each(statistic: Callable[[np.ndarray], np.ndarray], n: int, resamples: int = RESAMPLES,
                    seed: int = 0, level: float = LEVEL) -> list[Interval]:
-    """``bootstrap`` for a vector statistic, (R, n) -> (R, D): one interval per component."""
-    estimate, draws = _bootstrap_draws(statistic, n, resamples, seed)
-    low, high = _quantiles(draws, level)
-    return [Interval(float(e), float(lo), float(hi), level, resamples, seed)
-            for e, lo, hi in zip(estimate, low, high)]
+    """``bootstrap`` for a vector statistic, (R, m) -> (R, D): one interval per component."""
+    estimate, draws, jackknife = _bootstrap_draws(statistic, n, resamples, seed)
+    out = []
+    for j, e in enumerate(estimate):
+        low, high = _bca_bounds(float(e), draws[:, j], jackknife[:, j], level)
+        out.append(Interval(float(e), low, high, level, resamples, seed))
+    return out
+
+
+def zero_upper_bound(trials: int, level: float = LEVEL) -> float:
+    """The exact (Clopper-Pearson) upper bound of a proportion seen 0 times in ``trials``:
+    ``1 - ((1 - level) / 2) ** (1 / trials)``, the two-sided interval's upper end (about
+    3.7 / trials at 95%). 1.0 for no trials."""
+    _check_level(level)
+    return 1.0 if trials <= 0 else float(1.0 - ((1 - level) / 2) ** (1.0 / trials))
 
 
 def mean_interval(values, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
-    """The mean of per-prompt values with its percentile bootstrap interval."""
+    """The mean of per-prompt values with its BCa bootstrap interval."""
     x = np.asarray(values, dtype=float)
     return bootstrap(lambda idx: x[idx].mean(axis=-1), len(x), resamples, seed, level)
 
@@ -156,17 +208,31 @@ def acceptance_length_per_prompt_mean(accepted_per_step: list[list[int]], resamp
 def per_position_acceptance(accepted_per_step: list[list[int]], drafts_per_step: int, resamples: int = RESAMPLES,
                             seed: int = 0, level: float = LEVEL) -> list[Interval]:
     """a_i, the share of all steps with at least i+1 accepted drafts (pooled, as
-    ``domino.metrics.acceptance_summary``), i = 0..drafts_per_step-1, with one interval each."""
+    ``domino.metrics.acceptance_summary``), i = 0..drafts_per_step-1, with one interval each:
+    BCa, or ``[0, zero_upper_bound(prompts with a step)]`` where no step accepted position i."""
     steps, _ = _steps_and_accepted(accepted_per_step)
     at_least = np.array([[sum(c > i for c in p) for i in range(drafts_per_step)] for p in accepted_per_step],
                         dtype=float).reshape(len(accepted_per_step), drafts_per_step)  # (n, D)
-    return bootstrap_each(_ratio_of_sums(at_least, steps), len(steps), resamples, seed, level)
+    out = bootstrap_each(_ratio_of_sums(at_least, steps), len(steps), resamples, seed, level)
+    upper = zero_upper_bound(int((steps > 0).sum()), level)
+    return [Interval(iv.estimate, 0.0, upper, level, resamples, seed) if at_least[:, i].sum() == 0 else iv
+            for i, iv in enumerate(out)]
 
 
 def paired_speedup(plain_seconds, speculative_seconds, resamples: int = RESAMPLES, seed: int = 0,
                    level: float = LEVEL) -> Interval:
     """``sum(plain) / sum(speculative)`` over prompts decoded both ways; one set of indices for both."""
     return ratio_of_sums(plain_seconds, speculative_seconds, resamples, seed, level)
+
+
+def paired_rate_ratio(tokens, seconds, plain_tokens, plain_seconds, resamples: int = RESAMPLES, seed: int = 0,
+                      level: float = LEVEL) -> Interval:
+    """The speedup of sampled decoding, whose plain and speculative outputs differ in length:
+    ``(sum(tokens) / sum(seconds)) / (sum(plain_tokens) / sum(plain_seconds))``, speculative
+    tokens per second over plain tokens per second, both decodes of a prompt resampled together.
+    Equals ``paired_speedup`` when the outputs have the same lengths."""
+    ratio = paired_relative_difference(tokens, seconds, plain_tokens, plain_seconds, resamples, seed, level)
+    return Interval(ratio.estimate + 1.0, ratio.low + 1.0, ratio.high + 1.0, level, resamples, seed)
 
 
 def paired_relative_difference(numerator_a, denominator_a, numerator_b, denominator_b, resamples: int = RESAMPLES,

@@ -276,12 +276,13 @@ def _start_run(drafter, feats: dict, cfg: TrainConfig, state_path: Path, device,
 
 
 def _resume(run: _Run) -> None:
-    """Continue from ``run.state_path`` if it exists, after checking it belongs to this run."""
+    """Continue from ``run.state_path`` if it exists, after checking it belongs to this run. The
+    file is read with ``weights_only=True``: a state file executes nothing when loaded."""
     path = run.state_path
     if not path.exists():
         return
     try:
-        st = torch.load(path, map_location=run.device, weights_only=False)
+        st = torch.load(path, map_location=run.device, weights_only=True)
     except Exception as err:  # atomic writes make this rare: a damaged disk, a foreign file
         raise RuntimeError(f"{path} cannot be read ({type(err).__name__}: {err}); delete it to start over") from None
     if st.get("config") != asdict(run.cfg) or st.get("total_steps") != run.total:
@@ -297,6 +298,8 @@ def _resume(run: _Run) -> None:
 
 
 def _save_state(run: _Run) -> None:
+    """The state ``_resume`` reads: tensors, numbers, strings, lists and dicts only (the config as
+    ``asdict``), so that it loads with ``torch.load(weights_only=True)``, which runs no pickled code."""
     if run.rank != 0:
         return
     st = {"model": run.drafter.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,

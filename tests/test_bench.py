@@ -61,16 +61,17 @@ def _job(verifier, runs=("domino",)) -> Loaded:
     return Loaded(None, verifier, [], {run: NeuralDraft(tiny_drafter(verifier)) for run in runs})
 
 
-def test_one_job_decodes_every_run_beside_plain_the_order_reversing(verifier, one_thread):
-    """Plain and each run's speculative decode back to back per prompt, the order reversed from
+def test_one_job_decodes_every_run_beside_plain_the_order_rotating(verifier, one_thread):
+    """Plain and each run's speculative decode back to back per prompt, the order rotated from
     one prompt to the next; the same tokens every way; a parting is refused, naming the prompt."""
     prompts = [[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9], [7, 9, 3, 2, 3, 8, 4]]
     tasks = [{"task_id": f"t/{i}"} for i in range(3)]
     decodes = timed_decodes(_job(verifier, ("a", "b")), prompts, 12)
-    assert [d.order for d in decodes] == [("baseline", "a", "b"), ("b", "a", "baseline"), ("baseline", "a", "b")]
-    for run in ("a", "b"):
+    assert [d.order for d in decodes] == [("baseline", "a", "b"), ("a", "b", "baseline"), ("b", "baseline", "a")]
+    for run, first, places in (("a", [True, False, True], [1, 0, 2]), ("b", [True, False, False], [2, 1, 0])):
         timings = [d.timing(run) for d in decodes]
-        assert [t.plain_first for t in timings] == [True, False, True]
+        assert [t.plain_first for t in timings] == first
+        assert [t.position for t in timings] == places and [t.plain_position for t in timings] == [0, 2, 1]
         assert all(t.plain is d.results["baseline"] for t, d in zip(timings, decodes))  # one plain decode, shared
         assert all(t.plain.new_token_ids == t.speculative.new_token_ids for t in timings)
         assert lossless_check(verifier, tasks, prompts, timings, 0.0) == []
@@ -210,3 +211,24 @@ def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
     assert [r["run"] for r in rows] == ["dflash-shift", "dflash-noshift", "domino"]
     assert all(r["same_tokens"] is True and r["quiet"]["prompts"] == 2 for r in rows)
     assert json.loads((tmp_path / "paired.json").read_text())["rows"][2]["run"] == "domino"
+
+
+def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
+    from domino.bench import rotation
+    names = ("baseline", "a", "b", "c")
+    for start in (0, 3, 7):
+        places = {n: sorted(rotation(names, i).index(n) for i in range(start, start + len(names))) for n in names}
+        assert all(p == [0, 1, 2, 3] for p in places.values()), places
+
+
+def test_timed_restores_the_garbage_collector_even_on_error():
+    import gc
+    from domino.bench import timed
+
+    def boom(i, ids, n):
+        assert not gc.isenabled()
+        raise RuntimeError("x")
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        timed(boom, 0, [1], 1)
+    assert gc.isenabled()

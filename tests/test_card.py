@@ -208,8 +208,15 @@ def test_benchmark_numbers(rendered):
     for c in CKPTS:
         a, a_ci = bench[c]["per_position_acceptance"], bench[c]["per_position_acceptance_ci"]
         for i in range(4):
-            check_ci(per_pos[LABELS[c]][1 + i], a[i], a_ci[i], 3)
-        check_num(per_pos[LABELS[c]][5].split(" [")[0], sum(a[4:]), 3)  # pos_4+ is the sum
+            if a[i] == 0:  # nothing accepted: the count and its upper bound
+                assert re.fullmatch(r"0 of [\d,]+ steps \(95% upper bound 0\.\d{3}\)", per_pos[LABELS[c]][1 + i])
+            else:
+                check_ci(per_pos[LABELS[c]][1 + i], a[i], a_ci[i], 3)
+        tail = per_pos[LABELS[c]][5]
+        if sum(a[4:]) == 0:
+            assert tail.startswith("0 of "), tail
+        else:
+            check_num(tail.split(" [")[0], sum(a[4:]), 3)  # pos_4+ is the sum
 
     cond_row, ci_row, steps_row = table(text, SEED_HEADERS[4])
     assert cond_row[0] == "Conditional acceptance" and steps_row[0] == "Steps behind the rate"
@@ -219,10 +226,12 @@ def test_benchmark_numbers(rendered):
     a, cond = bench["domino"]["per_position_acceptance"], bench["domino"]["conditional_acceptance"]
     for i, cell in enumerate(cond_row[1:]):
         if i > 0 and a[i - 1] == 0:
-            assert cell == "—"  # undefined: the previous draft was never accepted
+            assert cell == "0 of 0 steps" and ci_row[1 + i] == "—"  # no step reached the position
+        elif cond[i] == 0:
+            assert re.fullmatch(r"0 of [\d,]+ steps", cell) and ci_row[1 + i].startswith("≤ "), (cell, ci_row[1 + i])
         else:
             check_num(cell, 100 * cond[i], 1, "%")
-    assert "—" in cond_row  # the fixture exercises the undefined case
+    assert "0 of 0 steps" in cond_row  # the fixture exercises a position no step reached
 
 
 def test_validation_table(rendered):
@@ -514,7 +523,9 @@ def test_teacher_forced_vs_served(rendered):
                 continue
             check_num(tf_cell, 100 * tf[f"a+{i + 1}"], 1, "%")
             if i > 0 and s["per_position_acceptance"][i - 1] == 0:
-                assert served_cell == "—"
+                assert served_cell == "0 of 0 steps"  # no step reached the position
+            elif s["conditional_acceptance"][i] == 0:
+                assert re.fullmatch(r"0 of [\d,]+ steps \(95% upper bound [\d.]+%\)", served_cell), served_cell
             else:
                 check_num(served_cell.split(" [")[0], 100 * s["conditional_acceptance"][i], 1, "%")
     # the implied acceptance length, by hand for Domino: 1 + sum of the running products of slot accuracies
@@ -622,3 +633,12 @@ def test_new_timing_columns_are_masked_by_compare(ablation_card):
     # every cell that holds a timing figure ("×" or a TPS) sits in a masked column
     for line in compare.card_tables(ablation_card):
         assert not any(c.endswith("]") and "×" in c for c in line), line
+
+
+def test_zero_rates_print_as_counts_with_an_upper_bound():
+    from domino.card.filters import ci
+    from domino.card.tables import Estimate, zero_estimate
+    zero = zero_estimate(1234, 40, 0.95)
+    assert ci(zero) == f"0 of 1,234 steps (95% upper bound {1 - 0.025 ** (1 / 40):.3f})"
+    assert ci(zero_estimate(0, 0, 0.95)) == "0 of 0 steps"  # a position no step reached
+    assert ci(Estimate(0.5, 0.4, 0.6)) == "0.500 [0.400, 0.600]"

@@ -36,7 +36,9 @@ def test_lossless_random_weights(verifier, projector, shift):
         ref = decode(verifier, prompt, max_new)
         out = decode(verifier, prompt, max_new, draft=NeuralDraft(drafter))
         assert out.new_token_ids == ref.new_token_ids, f"prompt {i}"
-        assert len(out.new_token_ids) == 1 + out.steps + sum(out.accepted_per_step)
+        # every step drafts a full block (vLLM's counting); only the last one can be cut by the budget
+        assert len(out.new_token_ids) <= 1 + out.steps + sum(out.accepted_per_step)
+        assert len(out.new_token_ids) > out.steps + sum(out.accepted_per_step[:-1])
 
 
 def test_lossless_with_eos_and_length_inside_accepted_blocks(verifier):
@@ -75,6 +77,35 @@ def test_oracle_accepts_everything(verifier):
     out = decode(verifier, prompt, 21, draft=OracleDraft(full, 4))
     assert out.accepted_per_step == [4, 4, 4, 4]
     assert out.new_token_ids == full
+
+
+def _vllm_counts(accepted_per_step: list[int], block: int) -> tuple[int, int, list[int]]:
+    """vLLM's SpecDecodingStats from per-step accepted counts: num_drafts, num_accepted_tokens,
+    num_accepted_tokens_per_pos (observe_draft: position i counts when accepted > i)."""
+    return (len(accepted_per_step), sum(accepted_per_step),
+            [sum(a > i for a in accepted_per_step) for i in range(block)])
+
+
+def test_near_budget_and_eos_count_as_vllm(verifier):
+    """One token of budget left: vLLM still drafts and verifies a full block and counts it; no
+    step without drafts is recorded. Accepted drafts past an EOS count, as in vLLM's
+    ``len(generated_token_ids) - 1``."""
+    prompt = _prompts(1, verifier.config.vocab_size, seed=4)[0]
+    full = decode(verifier, prompt, 40).new_token_ids
+    # prefill gives 1 token, step 1 commits 4 + 1 = 6: one token of budget is left for step 2
+    out = decode(verifier, prompt, 7, draft=OracleDraft(full, 4))
+    assert out.new_token_ids == full[:7] and out.stop_reason == "length"
+    assert out.accepted_per_step == [4, 4]  # both steps verified a full block, all accepted
+    assert _vllm_counts(out.accepted_per_step, 4) == (2, 8, [2, 2, 2, 2])
+    # the budget ends exactly after step 1: nothing is left for a second step
+    out = decode(verifier, prompt, 6, draft=OracleDraft(full, 4))
+    assert out.new_token_ids == full[:6] and out.accepted_per_step == [4]
+    # EOS at the third new token of step 1: the output stops there, the count keeps all four
+    eos = {full[3]} - set(full[:3])
+    if eos:
+        out = decode(verifier, prompt, 40, eos, draft=OracleDraft(full, 4))
+        assert out.new_token_ids == full[:4] and out.stop_reason == "eos"
+        assert _vllm_counts(out.accepted_per_step, 4) == (1, 4, [1, 1, 1, 1])
 
 
 def test_crop_cache_uses_the_current_api(verifier):

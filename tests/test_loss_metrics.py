@@ -99,8 +99,11 @@ def test_acceptance_from_position_counters_by_hand():
         acceptance_from_counts(0, [0, 0, 0], 3)
 
 
-def test_acceptance_intervals_by_hand():
+def test_acceptance_intervals_by_hand(monkeypatch):
+    from domino import stats
     from domino.metrics import acceptance_intervals
+
+    monkeypatch.setattr(stats, "METHOD", "percentile")  # the hand-worked percentile quantiles of tests/test_stats.py
 
     # the three prompts of tests/test_stats.py: pooled AL 2.4, per-prompt mean 7/3
     s = acceptance_intervals([[0, 2], [3, 1], [1]], 3, resamples=5, seed=0)

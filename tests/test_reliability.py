@@ -87,7 +87,7 @@ def test_resume_after_max_steps_is_bitwise_identical(setup, tmp_path, caplog):
     s = train(d, setup["feats"], CFG, out, max_steps=7)
     assert s == {"steps": 7, "complete": False}
     _assert_nothing_done(out)
-    st = torch.load(out / "state" / "state.pt", weights_only=False)
+    st = torch.load(out / "state" / "state.pt", weights_only=True)
     assert st["step"] == 7 and len(st["metrics"]) == 7
     assert set(st) >= {"model", "optimizer", "step", "metrics", "config", "total_steps", "inputs"}
 
@@ -177,7 +177,7 @@ def test_sigterm_saves_state_and_resume_matches(setup, tmp_path, caplog):
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode not in (0, -signal.SIGTERM), rest  # the handler ran, then the job failed
     _assert_nothing_done(out)
-    st = torch.load(out / "state" / "state.pt", weights_only=False)
+    st = torch.load(out / "state" / "state.pt", weights_only=True)
     # the step under way (4, or a later one on a slow machine) was finished and saved, no further
     assert 5 <= st["step"] < setup["total"] and len(st["metrics"]) == st["step"], st["step"]
     assert f"interrupted at step {st['step']}" in rest and "finished" not in rest, rest
@@ -196,7 +196,7 @@ def test_sigkill_resumes_from_last_periodic_state(setup, tmp_path, caplog):
     proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     _assert_nothing_done(out)
-    st = torch.load(out / "state" / "state.pt", weights_only=False)
+    st = torch.load(out / "state" / "state.pt", weights_only=True)
     # the periodic state of step 6 (or a later one on a slow machine); the steps after it are lost
     assert st["step"] >= 6 and st["step"] % CFG.checkpoint_every == 0 and len(st["metrics"]) == st["step"]
 

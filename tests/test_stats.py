@@ -15,6 +15,13 @@ import pytest
 from domino import stats
 
 ROWS = [[2, 1, 1], [0, 0, 0], [0, 0, 0], [2, 1, 2], [1, 1, 2]]
+
+
+@pytest.fixture(autouse=True)
+def percentile(request, monkeypatch):
+    """The hand-worked cases read plain percentile quantiles; the tests named ``test_bca_*`` read BCa."""
+    if not request.node.name.startswith("test_bca"):
+        monkeypatch.setattr(stats, "METHOD", "percentile")
 # three prompts: accepted drafts per step; steps (2, 2, 1), accepted (2, 4, 1)
 ACCEPTED = [[0, 2], [3, 1], [1]]
 
@@ -132,3 +139,37 @@ def test_interval_coverage_of_a_known_mean():
     hits = sum(stats.mean_interval(rng.exponential(size=60), resamples=400, seed=t).contains(1.0)
                for t in range(100))
     assert 85 <= hits <= 100
+
+
+def test_bca_moves_a_skewed_interval_and_keeps_a_symmetric_one():
+    # a skewed sample (exponential): BCa shifts both bounds up against the percentile interval
+    x = np.random.default_rng(1).exponential(size=60)
+    bca = stats.mean_interval(x, resamples=4000, seed=0)
+    stats.METHOD = "percentile"
+    try:
+        pct = stats.mean_interval(x, resamples=4000, seed=0)
+    finally:
+        stats.METHOD = "bca"
+    assert bca.estimate == pct.estimate and bca.low > pct.low and bca.high > pct.high
+    # a constant sample still has a zero-width interval
+    assert stats.mean_interval([2.0, 2.0, 2.0], resamples=50).bounds() == [2.0, 2.0]
+
+
+def test_bca_a_position_nothing_accepted_has_an_upper_bound_over_prompts():
+    # drafts per step 3; no step accepts 3 drafts: [0, 0] would claim certainty
+    accepted = [[0, 1, 2], [1, 0], [2, 2, 0, 1]]
+    ivs = stats.per_position_acceptance(accepted, 3, resamples=200, seed=0)
+    assert ivs[2].estimate == 0 and ivs[2].low == 0
+    # exact binomial bound with the 3 prompts as trials: 1 - 0.025 ** (1 / 3)
+    assert ivs[2].high == pytest.approx(1 - 0.025 ** (1 / 3)) == stats.zero_upper_bound(3)
+    assert ivs[0].high < 1 and ivs[0].low > 0
+    assert stats.zero_upper_bound(0) == 1.0
+
+
+def test_bca_sampled_speedup_is_the_ratio_of_token_rates():
+    # spec: 30 tokens in 1 s + 10 in 1 s = 20 tok/s; plain: 20 in 2 s + 20 in 2 s = 10 tok/s
+    iv = stats.paired_rate_ratio([30, 10], [1.0, 1.0], [20, 20], [2.0, 2.0], resamples=200, seed=0)
+    assert iv.estimate == pytest.approx(2.0)
+    # the seconds ratio would say 4 / 2 = 2 too only by chance; with other lengths they part
+    iv = stats.paired_rate_ratio([40, 40], [1.0, 1.0], [20, 20], [1.0, 1.0], resamples=200, seed=0)
+    assert iv.estimate == pytest.approx(2.0) and stats.paired_speedup([1.0, 1.0], [1.0, 1.0]).estimate == 1.0

@@ -302,5 +302,5 @@ def test_an_interrupted_run_saves_and_says_how_to_resume(tmp_path, monkeypatch):
     state = out / "state" / "state.pt"
     assert "\n" not in msg and msg.startswith("interrupted at step 2 of ")
     assert str(state) in msg and "rerun the same snakemake command" in msg
-    assert torch.load(state, weights_only=False)["step"] == 2
+    assert torch.load(state, weights_only=True)["step"] == 2
     assert signal.getsignal(signal.SIGINT) is before  # the handler is given back

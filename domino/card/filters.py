@@ -74,11 +74,22 @@ INTERVAL_FORMATS = {"f3": f3, "f2": f2, "f1": f1, "pct": pct, "signed_pct": sign
 
 def ci(est: Estimate | None, kind: str = "f3") -> str:
     """An estimate and its 95% interval, both in format ``kind``: "2.156 [2.022, 2.308]"; "n/a"
-    for a figure the run has not (a draft position beyond its block)."""
+    for a figure the run has not (a draft position beyond its block); a rate with nothing
+    counted as ``zero_count``."""
     if est is None:
         return "n/a"
     fmt = INTERVAL_FORMATS[kind]
+    if est.successes == 0:
+        return zero_count(est, kind)
     return f"{fmt(est.value)} [{fmt(est.low)}, {fmt(est.high)}]"
+
+
+def zero_count(est: Estimate, kind: str = "f3") -> str:
+    """A rate with nothing counted, as the count it is: "0 of 1,234 steps (95% upper bound 0.012)";
+    "0 of 0 steps" where no step reached the position."""
+    if not est.trials:
+        return "0 of 0 steps"
+    return f"0 of {est.trials:,} steps (95% upper bound {INTERVAL_FORMATS[kind](est.high)})"
 
 
 def environment(templates) -> Environment:
@@ -86,5 +97,6 @@ def environment(templates) -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates)), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
     env.filters.update(f3=f3, f2=f2, f1=f1, pct=pct, signed_pct=signed_pct, signed_pp=signed_pp,
-                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci)
+                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci,
+                       zero_count=zero_count)
     return env

@@ -2,7 +2,9 @@
 
 Each plot fits its axes to the data it shows. Conditional acceptance at position i is a ratio of
 step counts (steps accepting i+1 drafts over steps accepting i); it is drawn with its 95% Wilson
-interval, and a ratio resting on fewer than ``MIN_STEPS`` steps is greyed.
+interval, which takes the steps as independent trials (steps cluster by prompt, so it is narrower
+than the card table's prompt bootstrap, and the plot says so), and a ratio resting on fewer than
+``MIN_STEPS`` steps is greyed.
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ def conditional_plot(res: dict, rows: list[dict]) -> Figure:
         highs += [ivs[i].high for i in ok + few]
         ax_n.bar(xs, trials, width=0.12, color=line.lines[0].get_color())
     ax.set_ylim(0, min(1.02, 1.2 * max(highs, default=1.0)))  # room above the data for the legend
-    ax.set_title(f"Conditional acceptance per position, 95% interval; grey: fewer than {MIN_STEPS} steps")
+    ax.set_title(f"Conditional acceptance per position, 95% Wilson interval (steps taken as independent, "
+                 f"not clustered by prompt); grey: fewer than {MIN_STEPS} steps", fontsize=9)
     ax.set_ylabel("P(accept i | accept 0..i-1)")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", ncol=2, fontsize=8)

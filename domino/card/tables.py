@@ -25,13 +25,15 @@ import numpy as np
 
 from ..bench import compare_checkpoints
 from ..config import split_replicate, trained_runs
-from ..stats import implied_acceptance_length, ratio_of_sums
+from ..stats import LEVEL, implied_acceptance_length, ratio_of_sums, zero_upper_bound
 
 
 class Estimate(NamedTuple):
     value: float
     low: float
     high: float
+    successes: int | None = None  # for a rate: the steps counted (0: nothing accepted, printed as a count)
+    trials: int | None = None     # the steps it rests on (0: no step reached the position)
 
     def excludes(self, x: float) -> bool:
         """Whether the interval leaves out ``x``."""
@@ -43,10 +45,25 @@ def estimate(summary: dict, key: str) -> Estimate:
     return Estimate(summary[key], *summary[f"{key}_ci"])
 
 
+def zero_estimate(trials: int, prompts: int, level: float) -> Estimate:
+    """A rate with nothing counted: 0 of ``trials`` steps, up to the exact binomial bound over the
+    ``prompts`` it came from (``domino.stats.zero_upper_bound``: steps of a prompt are not independent)."""
+    return Estimate(0.0, 0.0, zero_upper_bound(prompts, level), 0, trials)
+
+
 def position_estimates(summary: dict) -> list[Estimate]:
-    """Per-position acceptance a_i with its recorded interval."""
+    """Per-position acceptance a_i with its recorded interval; a position no step accepted is
+    "0 of N steps" with an upper bound (the recorded one, or the exact bound over the prompts)."""
     values, bounds = summary["per_position_acceptance"], summary["per_position_acceptance_ci"]
-    return [Estimate(v, *b) for v, b in zip(values, bounds, strict=True)]
+    level = float(summary.get("bootstrap", {}).get("level", LEVEL))
+    out = []
+    for v, (low, high) in zip(values, bounds, strict=True):
+        if v == 0:
+            zero = zero_estimate(summary["steps"], summary["prompts"], level)
+            out.append(zero._replace(high=high) if high > 0 else zero)
+        else:
+            out.append(Estimate(v, low, high))
+    return out
 
 
 class Bootstrap(NamedTuple):
@@ -77,14 +94,18 @@ def tail_estimate(bench: dict, start: int = 4) -> Estimate:
     accepted, boot = _accepted(bench), bootstrap_settings(bench)
     if not any(accepted):
         return Estimate(value, value, value)
+    if value == 0:
+        return zero_estimate(int(_at_least(accepted, 0).sum()), sum(1 for p in accepted if p), boot.level)
     beyond = np.array([sum(max(0, c - start) for c in p) for p in accepted], dtype=float)
     iv = ratio_of_sums(beyond, _at_least(accepted, 0), boot.resamples, boot.seed, boot.level)
     return Estimate(value, iv.low, iv.high)
 
 
 def conditional_estimates(bench: dict) -> list[Estimate | None]:
-    """Conditional acceptance a_i / a_(i-1) per position, None where a_(i-1) is 0 (undefined);
-    the interval resamples prompts (numerator and denominator step counts together)."""
+    """Conditional acceptance a_i / a_(i-1) per position, None where a_(i-1) is 0 (no step reached
+    position i: the card prints "0 of 0 steps"); the interval resamples prompts (numerator and
+    denominator step counts together), BCa; a rate with nothing accepted is "0 of N steps" with
+    the exact bound over the prompts that reached the position."""
     s = bench["summary"]
     per_pos, cond = s["per_position_acceptance"], s["conditional_acceptance"]
     accepted, boot = _accepted(bench), bootstrap_settings(bench)
@@ -93,9 +114,12 @@ def conditional_estimates(bench: dict) -> list[Estimate | None]:
         if i > 0 and per_pos[i - 1] <= 0:
             out.append(None)
         else:
-            iv = ratio_of_sums(_at_least(accepted, i + 1), _at_least(accepted, i), boot.resamples, boot.seed,
-                               boot.level)
-            out.append(Estimate(c, iv.low, iv.high))
+            hits, reached = _at_least(accepted, i + 1), _at_least(accepted, i)
+            if hits.sum() == 0:
+                out.append(zero_estimate(int(reached.sum()), int((reached > 0).sum()), boot.level))
+                continue
+            iv = ratio_of_sums(hits, reached, boot.resamples, boot.seed, boot.level)
+            out.append(Estimate(c, iv.low, iv.high, int(hits.sum()), int(reached.sum())))
     return out
 
 
