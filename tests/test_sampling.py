@@ -3,7 +3,9 @@
 The statistical tests compare the joint distribution of the first three sampled tokens with the
 exact one, enumerated from the verifier over every prefix, by a chi-square test (cells with
 fewer than 5 expected samples pooled); a deliberately wrong rule (accept every draft), applied
-to the same random draws, must fail the same test.
+to the same random draws, must fail the same test. The joint over some 640 cells is blind to
+small errors; the one-token marginals, with more steps, detect a total-variation error of 0.01
+with power >= 0.9 (the computation is in their test's docstring).
 """
 
 from typing import NamedTuple
@@ -23,6 +25,8 @@ KINDS = [("dflash", True), ("dflash", False), ("domino", True)]
 # (projector, shift_label, temperature, top_p) for the statistical tests
 STAT_KINDS = [("dflash", True, 1.0, 1.0), ("dflash", False, 0.8, 0.9), ("domino", True, 1.0, 1.0)]
 STEP_SAMPLES = 20_000  # samples of the speculative step (exact p and q tables + the rule) per kind
+MARGINAL_SAMPLES = 110_000  # steps per kind for the one-token marginals (power: test_one_token_marginals)
+ALPHA = 1e-3  # a lossless rule fails a fit this often by chance
 DECODE_SAMPLES = 20_000  # full speculative sampling decodes per kind (about a minute each on 2 cores)
 PLAIN_SAMPLES = 3_000  # plain sampling decodes of two tokens
 PROMPT = [5]
@@ -252,7 +256,7 @@ def _report(kind, what, right: Fit, wrong: Fit, accepted: torch.Tensor, probs: t
 
 
 def _check(right: Fit, wrong: Fit):
-    assert right.p_value > 1e-3, right
+    assert right.p_value > ALPHA, right
     assert wrong.p_value < 1e-9 and wrong.tv > 3 * right.tv, wrong
 
 
@@ -285,11 +289,11 @@ def _resample_from_p(draft_ids, q, p, generator):
     return c, int(torch.multinomial(p[c], 1, generator=generator))
 
 
-def _sample_steps(exact: Exact, tables: DraftTables, rule, g):
-    """STEP_SAMPLES steps -> counts of the first three tokens under ``rule`` and under accept-all,
-    and the number of drafts the rule accepted at each step."""
-    right, accept_all, accepted = torch.zeros(V, V, V), torch.zeros(V, V, V), torch.zeros(STEP_SAMPLES)
-    for i in range(STEP_SAMPLES):
+def _sample_steps(exact: Exact, tables: DraftTables, rule, g, n: int = STEP_SAMPLES):
+    """``n`` steps -> counts of the first three tokens under ``rule`` and under accept-all, and
+    the number of drafts the rule accepted at each step."""
+    right, accept_all, accepted = torch.zeros(V, V, V), torch.zeros(V, V, V), torch.zeros(n)
+    for i in range(n):
         t1 = int(torch.multinomial(exact.dist[0], 1, generator=g))
         d0 = int(torch.multinomial(tables.q0[t1], 1, generator=g))
         d1 = int(torch.multinomial(tables.q1[t1, d0], 1, generator=g))
@@ -328,6 +332,48 @@ def test_speculative_step_is_lossless(stat_verifier, projector, shift, temperatu
     subtle = _fit(_sample_steps(exact, tables, _resample_from_p, seeded_generator(1))[0], exact.joint3)
     print(f"  resample-from-p rule: TV {subtle.tv:.4f} chi2 {subtle.chi2:.1f}/{subtle.dof} p {subtle.p_value:.3g}")
     assert subtle.p_value < 1e-9, subtle
+
+
+def _power(dof: int, lam: float, alpha: float = ALPHA, draws: int = 200_000) -> float:
+    """P(chi-square statistic > its critical value at ``alpha``) when the noncentrality is
+    ``lam``, by simulation: the statistic is a sum of ``dof`` squared unit normals, shifted by
+    ``lam`` in total, and the critical value is the null's (1 - alpha) quantile, simulated too."""
+    g = torch.Generator().manual_seed(5)
+    null = torch.randn(draws, dof, generator=g, dtype=torch.float64).pow(2).sum(1)
+    shift = torch.zeros(dof, dtype=torch.float64)
+    shift[0] = lam ** 0.5
+    alt = (torch.randn(draws, dof, generator=g, dtype=torch.float64) + shift).pow(2).sum(1)
+    return float((alt > torch.quantile(null, 1 - alpha)).double().mean())
+
+
+@pytest.mark.parametrize("projector,shift,temperature,top_p", STAT_KINDS)
+def test_one_token_marginals_detect_a_total_variation_error_of_one_percent(stat_verifier, projector, shift,
+                                                                           temperature, top_p):
+    """The second and the third sampled token, each alone (16 cells), over 110,000 steps.
+
+    Power: a wrong rule whose marginal differs from the exact ``p`` by total variation
+    ``delta`` has chi-square noncentrality ``lam = n * sum_i d_i^2 / p_i >= 4 n delta^2`` (Cauchy-Schwarz,
+    with ``sum |d_i| = 2 delta`` and ``sum p_i <= 1``), whatever cells it moves. With n = 110,000
+    and delta = 0.01, lam >= 44; at ``dof <= 15`` and alpha = 1e-3 the fit then rejects with
+    probability >= 0.9 (``_power``, asserted below for the fit's own dof). The joint test above,
+    over some 640 cells, needs lam near 150 for the same power, which 20,000 steps give only from
+    delta = 0.04. The accept-all rule, run on the same draws, must fail both marginals.
+    """
+    exact = _exact(stat_verifier, temperature, top_p)
+    draft = _drafter_with_context(stat_verifier, _stat_drafter(stat_verifier, projector, shift), PROMPT)
+    tables = _draft_tables(draft, temperature, top_p)
+    right, wrong, _ = _sample_steps(exact, tables, accept_or_resample, seeded_generator(2), MARGINAL_SAMPLES)
+    kind = f"{projector} shift={shift} T={temperature} top_p={top_p}"
+    for token, others in ((2, (0, 2)), (3, (0, 1))):
+        probs = exact.joint3.sum(others)
+        fit, bad = _fit(right.sum(others), probs), _fit(wrong.sum(others), probs)
+        power = _power(fit.dof, 4 * MARGINAL_SAMPLES * 0.01 ** 2)
+        print(f"\n{kind} token {token} marginal, {MARGINAL_SAMPLES} steps: lossless TV {fit.tv:.4f} "
+              f"chi2 {fit.chi2:.1f}/{fit.dof} p {fit.p_value:.3g}; accept-all TV {bad.tv:.4f} p {bad.p_value:.3g}; "
+              f"power against TV 0.01: {power:.3f}")
+        assert power >= 0.9, power
+        assert fit.p_value > ALPHA, fit
+        assert bad.p_value < 1e-9, bad
 
 
 @pytest.mark.parametrize("projector,shift,temperature,top_p", STAT_KINDS)
