@@ -235,10 +235,9 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     differently, and a near-tie may flip a late token. The share of identical continuations is
     recorded instead (``same_tokens_as_ours``).
 
-    One counting difference is inherent: near ``max_new_tokens`` the project's loop drafts only
-    what the budget can still take, while vLLM drafts a full block and counts drafts accepted
-    past the budget, so vLLM's rates at late positions run higher where continuations are short
-    and repetitive. Position 0 is the cleanest comparison.
+    Greedy steps are counted as vLLM counts them (full blocks near the budget, accepted drafts
+    counted before the cut at EOS or the budget, no zero-draft step: ``domino.decode``), so
+    where the continuations are identical the acceptance figures can be equal exactly.
     """
     ours = read_json(ours_path, f"the project's {run} benchmark")
     prompts = ours["prompts"]
