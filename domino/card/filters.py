@@ -13,31 +13,18 @@ def _num(x):
     return x
 
 
-def f3(x):
-    return f"{_num(x):.3f}"
+def _fixed(spec: str, suffix: str = "", scale: int = 1):
+    """A filter writing ``scale * x`` in the format ``spec``, then ``suffix``."""
+    def fmt(x):
+        return f"{scale * _num(x):{spec}}{suffix}"
+    return fmt
 
 
-def f2(x):
-    return f"{_num(x):.2f}"
-
-
-def f1(x):
-    return f"{_num(x):.1f}"
-
-
-def pct(x):
-    """Fraction -> percent with one decimal."""
-    return f"{100 * _num(x):.1f}%"
-
-
-def signed_pct(x):
-    """Relative change (fraction) -> signed percent, e.g. +27.7%."""
-    return f"{100 * _num(x):+.1f}%"
-
-
-def signed_pp(x):
-    """Difference of two fractions -> signed percentage points."""
-    return f"{100 * _num(x):+.1f} pp"
+f3, f2, f1 = _fixed(".3f"), _fixed(".2f"), _fixed(".1f")
+pct = _fixed(".1f", "%", 100)  # a fraction as a percent: 0.277 -> 27.7%
+signed_pct = _fixed("+.1f", "%", 100)  # a relative change: 0.277 -> +27.7%
+signed_pp = _fixed("+.1f", " pp", 100)  # a difference of two fractions, in percentage points
+times = _fixed(".2f", "×")  # a ratio: 0.71 -> 0.71×
 
 
 def signed(x, decimals=3):
@@ -63,10 +50,6 @@ def plain(x):
 def g(x):
     """Compact general form (7.0 -> 7, 0.05 -> 0.05)."""
     return f"{_num(x):g}"
-
-
-def times(x):
-    return f"{_num(x):.2f}×"
 
 
 INTERVAL_FORMATS = {"f3": f3, "f2": f2, "f1": f1, "pct": pct, "signed_pct": signed_pct, "times": times}
