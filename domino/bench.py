@@ -385,6 +385,17 @@ def benchmark_protocol(config: BenchmarkConfig, prompts: int) -> dict:
             "backend": "domino (PyTorch + transformers, KV cache)", "timing": TIMING}
 
 
+def _check_budget(config: BenchmarkConfig, loaded: Loaded) -> None:
+    """Sampling drafts at most the budget left minus one token and records only full blocks
+    (``domino.decode``): a budget below a full block plus two tokens records no step at all."""
+    if config.greedy or not loaded.drafts:
+        return
+    need = max(d.drafts_per_step for d in loaded.drafts.values()) + 2
+    if config.max_new_tokens < need:
+        raise BenchmarkError(f"benchmark.max_new_tokens {config.max_new_tokens} leaves no full block of drafts "
+                             f"at temperature {config.temperature:g} (allowed: >= {need}, a block plus two tokens)")
+
+
 def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
                   outs: dict[str, str]) -> dict[str, dict]:
     """Decode every prompt plain and with each run's drafter (run name -> checkpoint dir), all in
@@ -396,6 +407,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         torch.set_num_threads(config.threads)
     decoding, tol = config.decoding, config.tie_tolerance
     loaded = load_models(config, verifier_path, checkpoint_dirs)
+    _check_budget(config, loaded)
     tasks, encoded = encode_tasks(config, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
     decodes = timed_decodes(loaded, encoded, config.max_new_tokens, desc=f"benchmark ({decoding.describe()})",
                             decoding=decoding)

@@ -60,7 +60,7 @@ from .model import Drafter, DrafterConfig
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 EXTRA_KEY = "domino_repro"  # our own block: what the public fields cannot say exactly
-FORMAT_VERSION = 3  # of the domino_repro block (3: DrafterConfig has block_causal); the one version read
+FORMAT_VERSION = 3  # of the domino_repro block: the one version read, another is refused
 
 # our state dict name -> speculators name (prefix rewrites; everything else is unchanged)
 _HEAD_RENAMES = [

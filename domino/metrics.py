@@ -1,7 +1,8 @@
 """Acceptance metrics from per-step records, pooled over prompts.
 
-A step verifies some drafts; ``accepted`` is how many of them the verifier kept. Every step
-also commits one token of the verifier's own (the bonus), hence ``AL = 1 + accepted / steps``.
+A recorded step verified a block of drafts; ``accepted`` is how many of them the verifier
+kept, counted as vLLM counts (``domino.decode``: before the output is cut at EOS or at the
+token budget; a step with no drafts is not recorded). ``AL = 1 + accepted / steps``.
 """
 
 from __future__ import annotations

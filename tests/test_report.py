@@ -137,7 +137,8 @@ def test_training_rows_say_what_was_used():
         "(betas (0.9, 0.999), weight decay 0.01)")
     assert report.noise_text(default["train"]) == "none"
     assert report.noise_text(card_cfg["train"]) == "uniform in [−0.05, 0.05]"
-    assert report.noise_text({"noise": "gaussian", "noise_scale": 0.1}) == "Gaussian, standard deviation 0.1"
+    assert report.noise_text({"noise": "gaussian", "noise_scale": 0.1, "noise_dtype": "float32"}) == \
+        "Gaussian, standard deviation 0.1"
     # the three conventions: the card profile follows PR 685 on each, the default keeps its own
     source = {k: f"`{v[1]}` at a29950c2" for k, v in published.TRAINER_CONVENTIONS.items()}
     assert report.noise_text(card_cfg["train"], "bfloat16") == (

@@ -182,7 +182,7 @@ def lambda_plot(res: dict, rows: list[dict]) -> Figure:
 
 def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
     """Per position, each row's teacher-forced accuracy (dashed) and served conditional acceptance
-    (solid, with its bootstrap interval where recorded); ``rows[i]["tf"]``: ``card_tables.TeacherForcedVsServed``."""
+    (solid, with its bootstrap interval where recorded); ``rows[i]["tf"]``: ``tables.TeacherForcedVsServed``."""
     fig = Figure(figsize=(7.5, 4.6))
     ax = fig.subplots()
     for j, r in enumerate(rows):

@@ -135,7 +135,7 @@ def trainer_note(key: str, value) -> str:
 def noise_text(train: dict, storage_dtype: str | None = None) -> str:
     """The training noise in words (``domino.batches.aux_noise`` reads the config keys); with
     ``storage_dtype`` (features.dtype) also the dtype it is added in (``train.noise_dtype``)."""
-    noise = aux_noise(train["noise"], train["noise_scale"], train.get("noise_dtype", "float32"))
+    noise = aux_noise(train["noise"], train["noise_scale"], train["noise_dtype"])
     words = {"none": "none",
              "uniform": f"uniform in [−{noise.scale:g}, {noise.scale:g}]",
              "gaussian": f"Gaussian, standard deviation {noise.scale:g}"}[noise.kind]
@@ -148,7 +148,7 @@ def noise_text(train: dict, storage_dtype: str | None = None) -> str:
 
 def block_text(drafter: dict) -> str:
     """What a block slot sees of its own block (``drafter.block_causal``), beside PR 685's choice."""
-    causal = bool(drafter.get("block_causal", False))
+    causal = drafter["block_causal"]
     words = ("causal: slot k sees slots 0..k of its block" if causal
              else "bidirectional: every slot sees the whole block")
     return f"{words}, {trainer_note('drafter.block_causal', causal)}"
@@ -156,7 +156,7 @@ def block_text(drafter: dict) -> str:
 
 def loss_mask_text(train: dict) -> str:
     """Which position's loss mask gates a slot and an anchor (``train.loss_mask_at``)."""
-    at = train.get("loss_mask_at", "target")
+    at = train["loss_mask_at"]
     words = ("the predicted position: slot k counts when a+k+shift is an assistant token, an anchor needs one "
              "at a+1" if at == "target" else
              "the input position: slot k counts when a+k is an assistant token, an anchor must be one")

@@ -87,10 +87,14 @@ def _at_least(accepted: list[list[int]], k: int) -> np.ndarray:
     return np.array([sum(c >= k for c in p) for p in accepted], dtype=float)
 
 
-def tail_estimate(bench: dict, start: int = 4) -> Estimate:
+def tail_estimate(bench: dict, start: int = 4) -> Estimate | None:
     """sum_{i >= start} a_i (the card's pos_4+): accepted drafts beyond ``start`` per step, with a
-    bootstrap interval from the per-prompt records (a point interval when no prompt took a step)."""
-    value = float(sum(bench["summary"]["per_position_acceptance"][start:]))
+    bootstrap interval from the per-prompt records (a point interval when no prompt took a step);
+    None for a drafter with no draft position ``start``."""
+    per_position = bench["summary"]["per_position_acceptance"]
+    if len(per_position) <= start:
+        return None
+    value = float(sum(per_position[start:]))
     accepted, boot = _accepted(bench), bootstrap_settings(bench)
     if not any(accepted):
         return Estimate(value, value, value)
