@@ -55,10 +55,11 @@ def read_config(raw: str) -> dict:
 
 @contextmanager
 def log_to(log_path: str | Path | None):
-    """Handlers for one stage run: the ``domino.*`` loggers from INFO up, and other libraries'
-    warnings (``warnings.warn`` included), go to stderr and to ``log_path`` (overwritten) when
-    given. On exit they are taken off again: a stage run in process (a test) leaves logging as it
-    found it."""
+    """Handlers for one stage run: the ``domino.*`` loggers from INFO up, and the warnings of
+    libraries that log through the root logger (``warnings.warn`` included), go to stderr and to
+    ``log_path`` (overwritten) when given. transformers keeps a handler of its own and does not
+    pass its messages up, so they reach the terminal only. On exit the handlers are taken off
+    again: a stage run in process (a test) leaves logging as it found it."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
