@@ -254,7 +254,7 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
         t0 = time.perf_counter()
         # vLLM's schedule: the full block, cut only where the token after it would leave the context
         full = max(0, min(draft.drafts_per_step, context - pos - 2))
-        n = min(full, rule.drafts_for_budget(full, stop.budget))
+        n = rule.drafts_for_budget(full, stop.budget)
         drafts, proposal = rule.propose(draft, anchor, pos, n)
         t1 = time.perf_counter()
         out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache},
@@ -271,7 +271,7 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
             if stop.push(tok):
                 done = True
                 break
-        if drafts and len(drafts) == full:  # vLLM's num_drafts: a step that verified a block
+        if 0 < len(drafts) == full:  # vLLM's num_drafts: a step that verified a block
             accepted_per_step.append(c)
         anchor, pos = nxt, pos + c + 1
     seconds = time.perf_counter() - t_start

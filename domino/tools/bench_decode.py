@@ -134,8 +134,10 @@ def decode_all(verifier, drafter, prompts: list[list[int]], max_new_tokens: int)
     D = drafter.cfg.drafts_per_step
     plain = [decode(verifier, p, max_new_tokens) for p in prompts]
     spec = [decode(verifier, p, max_new_tokens, draft=NeuralDraft(drafter)) for p in prompts]
-    oracle = [decode(verifier, p, max_new_tokens, draft=OracleDraft(r.new_token_ids, D))
-              for p, r in zip(prompts, plain)]
+    # the oracle proposes the verifier's own continuation, a block past the budget included
+    context = verifier.config.max_position_embeddings
+    refs = [decode(verifier, p, min(max_new_tokens + D, context - len(p))).new_token_ids for p in prompts]
+    oracle = [decode(verifier, p, max_new_tokens, draft=OracleDraft(ref, D)) for p, ref in zip(prompts, refs)]
     parted = [divergence(verifier, p, r.new_token_ids, s.new_token_ids)
               for p, r, s in zip(prompts, plain, spec) if s.new_token_ids != r.new_token_ids]
     return Runs(plain, spec, oracle, parted)
