@@ -16,6 +16,7 @@ import gc
 import gzip
 import json
 import logging
+import time
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -394,6 +395,70 @@ def _check_budget(config: BenchmarkConfig, loaded: Loaded) -> None:
     if config.max_new_tokens < need:
         raise BenchmarkError(f"benchmark.max_new_tokens {config.max_new_tokens} leaves no full block of drafts "
                              f"at temperature {config.temperature:g} (allowed: >= {need}, a block plus two tokens)")
+
+
+@dataclass(frozen=True)
+class StepFloor:
+    """The forwards a speculative step cannot do without, each timed alone (median seconds):
+    the drafter over one block with its base logits, the verifier over ``1 + drafts`` tokens,
+    and, for scale, the verifier over one token (a plain step's forward)."""
+
+    drafter_forward: float
+    verify_forward: float
+    plain_forward: float
+
+    @property
+    def step(self) -> float:
+        return self.drafter_forward + self.verify_forward
+
+
+@torch.inference_mode()
+def step_floor(verifier, draft: NeuralDraft, context_ids: list[int], repeats: int = 30) -> StepFloor:
+    """``StepFloor`` after a context of ``context_ids``: the verifier's cache and the drafter's
+    context cache are built once from them, the forwards run ``repeats`` times on those shapes
+    (the verifier's cache cut back after each), nothing else inside the timing."""
+    from .aux import AuxCapture
+    from .decode import cache_kwarg, crop_cache
+    from transformers import DynamicCache
+
+    dev = verifier.device
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    drafter, D = draft.drafter, draft.drafts_per_step
+    n = len(context_ids) - D - 1
+    if n < 1:
+        raise ValueError(f"a step floor needs more than {D + 1} context tokens, got {len(context_ids)}")
+    cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
+    with AuxCapture(verifier, draft.aux_layer_ids) as cap:
+        out = verifier(input_ids=torch.tensor([context_ids[:n]], device=dev), **{ck: cache}, use_cache=True,
+                       output_hidden_states=True, logits_to_keep=1)
+        draft.reset(n)
+        draft.add_context(cap.aux(out.hidden_states), 0)
+    block = torch.full((1, drafter.cfg.block_size), drafter.cfg.mask_token_id, device=dev)
+    block[0, 0] = context_ids[n]
+    block_pos = torch.arange(n, n + drafter.cfg.block_size, device=dev)[None]
+    verify_ids = torch.tensor([context_ids[n:n + D + 1]], device=dev)
+    one = verify_ids[:, :1]
+
+    def median(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+
+    def verify(ids, keep):
+        verifier(input_ids=ids, **{ck: cache}, use_cache=True, logits_to_keep=keep)
+        crop_cache(cache, n)
+
+    return StepFloor(
+        drafter_forward=median(lambda: drafter.lm_head(drafter.backbone(block, block_pos, draft.kv))),
+        verify_forward=median(lambda: verify(verify_ids, 0)),
+        plain_forward=median(lambda: verify(one, 1)),
+    )
 
 
 def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],

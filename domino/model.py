@@ -325,6 +325,81 @@ class DominoHead(nn.Module):
             return out
         return torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
 
+    @torch.no_grad()
+    def draft_greedy(self, z, base, corrected_from: int, anchor_emb, embed_draft):
+        """Inference, greedy: what ``draft_in_order`` returns with argmax choices, found by
+        guessing every slot's token and checking the guesses all at once.
+
+        Guess each slot's draft (first the base argmax), run the GRU over the anchor and the
+        guesses in one call, correct every slot at once, and take the argmax again. A slot
+        whose state read only final tokens is final; the first slot whose choice differs from
+        its guess is therefore final too, and the slots after it read a changed token and are
+        checked again from there. Each round finalises at least one more slot, so the result is
+        the sequential one (the tokens, and the logits up to float rounding) after at most n
+        rounds; a round whose guesses all hold ends it. Each round costs a handful of
+        operations over the remaining slots instead of a handful per slot.
+        """
+        n, H = z.shape[0], z.shape[-1]
+        w_s = self.down.weight[:, H:]
+        z_part = F.linear(z, self.down.weight[:, :H])  # (n, r), every slot at once
+        keep = (torch.arange(n, device=z.device) >= corrected_from).to(base.dtype)[:, None]  # (n, 1)
+        guess = base.argmax(-1)  # (n,)
+        h = z.new_zeros(1, 1, self.gru.hidden_size)  # the state before the first unread token
+        start, rows = 0, []
+        while True:
+            # states of slots start..n-1: slot i has read the anchor and the guesses of slots < i
+            read = embed_draft(guess[max(start - 1, 0):n - 1])  # (n - start or n - 1, H)
+            if start == 0:
+                read = torch.cat([anchor_emb, read])  # slot 0 reads the anchor alone
+            states, _ = self.gru(read[None], h)  # (1, n - start, G)
+            states = states[0]
+            logits = base[start:] + self.up(F.silu(z_part[start:] + F.linear(states, w_s))) * keep[start:]
+            choice = logits.argmax(-1)
+            changed = (choice != guess[start:]).nonzero()
+            if changed.numel() == 0:
+                rows.append(logits)
+                return guess, torch.cat(rows)
+            k = int(changed[0, 0])  # slots start..start+k are final, slot start+k with a new token
+            guess = torch.cat([guess[:start], choice])
+            rows.append(logits[:k + 1])
+            h = states[k:k + 1][None]  # (1, 1, G): has read the tokens before slot start+k
+            start += k + 1
+            if start == n:
+                return guess, torch.cat(rows)
+
+    @torch.no_grad()
+    def draft_in_order(self, z, base, corrected_from: int, anchor_emb, embed_draft, choose):
+        """Inference: the draft-vocabulary ids of n consecutive drafting slots, one slot at a time.
+
+        z (n, H) backbone outputs and base (n, Vd) logits of the drafting slots in order;
+        drafting slot i is corrected when ``i >= corrected_from``. The GRU state of slot i has
+        read the anchor (``anchor_emb`` (1, H)) and the drafts of slots 0..i-1, in order: the
+        state ``teacher_forced_states`` gives slot i in training when those drafts are the
+        known tokens. ``embed_draft(ids (1,)) -> (1, H)`` embeds a draft-vocabulary id and
+        ``choose(logits (1, Vd)) -> (1,)`` picks one. Returns ids (n,) and final logits (n, Vd).
+
+        The same arithmetic as ``correction`` with the bottleneck's input split in two:
+        ``W1 [z ; s] = W1_z z + W1_s s``; ``W1_z z`` does not depend on the drafts and is
+        computed for every slot at once, so a slot pays for one GRU cell step, ``W1_s s``, the
+        up projection and its choice. The ids stay on the device until the caller reads them.
+        """
+        H = z.shape[-1]
+        w_ih, w_hh = self.gru.weight_ih_l0, self.gru.weight_hh_l0
+        w_s = self.down.weight[:, H:]
+        z_part = F.linear(z, self.down.weight[:, :H])  # (n, r), every slot at once
+        h = torch.gru_cell(anchor_emb, z.new_zeros(1, self.gru.hidden_size), w_ih, w_hh)  # (1, G): read the anchor
+        ids, rows = [], []
+        for i in range(z.shape[0]):
+            logits = base[i:i + 1]  # (1, Vd)
+            if i >= corrected_from:
+                logits = logits + self.up(F.silu(z_part[i:i + 1] + F.linear(h, w_s)))
+            tok = choose(logits)  # (1,)
+            ids.append(tok)
+            rows.append(logits)
+            if i + 1 < z.shape[0]:
+                h = torch.gru_cell(embed_draft(tok), h, w_ih, w_hh)  # the next slot's state reads this draft
+        return torch.cat(ids), torch.cat(rows)
+
 
 # -----------------------------------------------------------------------------
 # 4. The drafter
@@ -482,32 +557,23 @@ class Drafter(nn.Module):
         block_ids = torch.full((1, B), cfg.mask_token_id, dtype=torch.long, device=dev)
         block_ids[0, 0] = anchor
         block_pos = torch.arange(anchor_pos, anchor_pos + B, device=dev)[None]
-        z = self.backbone(block_ids, block_pos, ctx_kv)[0]  # (B, H)
-        base = self.lm_head(z)  # (B, Vd)
         first = cfg.first_draft_slot
         last = B if n_slots is None else min(B, first + n_slots)
+        z = self.backbone(block_ids, block_pos, ctx_kv)[0, first:last]  # (n, H): the drafting slots
+        base = self.lm_head(z)  # (n, Vd)
         if self.head is None or cfg.correct_from >= last:
-            drafts = self.draft_to_target(_choose(base[first:last], pick_token)).tolist()
-            return (drafts, base[first:last]) if return_logits else drafts
-        # sequential correction: the GRU reads the anchor, then each drafted token
-        shift = int(cfg.shift_label)
-        known = [anchor]  # u_j is the token at position anchor_pos + j
-        h, n_read = None, 0
-        drafts, rows = [], []
-        for k in range(first, last):
-            logits = base[k]
-            if k >= cfg.correct_from:
-                while n_read < k + shift:  # the state for slot k has read u_0 .. u_{k+shift-1}
-                    e = self.embed_tokens.weight[known[n_read]].to(z.dtype).view(1, 1, -1)
-                    _, h = self.head.gru(e, h)
-                    n_read += 1
-                s = h[0, 0] if h is not None else z.new_zeros(cfg.gru_hidden_size)
-                logits = logits + self.head.correction(z[k], s)
-            tok = int(self.draft_to_target(_choose(logits[None], pick_token)[0]))
-            drafts.append(tok)
-            rows.append(logits)
-            known.append(tok)
-        return (drafts, torch.stack(rows)) if return_logits else drafts
+            ids, logits = (base.argmax(-1) if pick_token is None else pick_token(base)), base
+        else:
+            # the correction reads the anchor and then each drafted token
+            anchor_emb = self.embed_tokens(block_ids[0, :1]).to(z.dtype)  # (1, H)
+            embed_draft = lambda ids: self.embed_tokens(self.draft_to_target(ids)).to(z.dtype)  # noqa: E731
+            if pick_token is None:
+                ids, logits = self.head.draft_greedy(z, base, cfg.correct_from - first, anchor_emb, embed_draft)
+            else:
+                ids, logits = self.head.draft_in_order(z, base, cfg.correct_from - first, anchor_emb, embed_draft,
+                                                       pick_token)
+        drafts = self.draft_to_target(ids).tolist()
+        return (drafts, logits) if return_logits else drafts
 
     # --- saving and loading ----------------------------------------------------------------
 
@@ -538,7 +604,3 @@ class Drafter(nn.Module):
         model.load_state_dict(state)
         return model
 
-
-def _choose(rows: torch.Tensor, pick_token) -> torch.Tensor:
-    """rows (n, Vd) logits -> (n,) draft-vocabulary ids: argmax, or ``pick_token``'s choice."""
-    return rows.argmax(-1) if pick_token is None else pick_token(rows)
