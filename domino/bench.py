@@ -429,10 +429,10 @@ def step_floor(verifier, draft: NeuralDraft, context_ids: list[int], repeats: in
         raise ValueError(f"a step floor needs more than {D + 1} context tokens, got {len(context_ids)}")
     cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
     with AuxCapture(verifier, draft.aux_layer_ids) as cap:
-        out = verifier(input_ids=torch.tensor([context_ids[:n]], device=dev), **{ck: cache}, use_cache=True,
-                       output_hidden_states=True, logits_to_keep=1)
+        verifier(input_ids=torch.tensor([context_ids[:n]], device=dev), **{ck: cache}, use_cache=True,
+                 logits_to_keep=1)
         draft.reset(n)
-        draft.add_context(cap.aux(out.hidden_states), 0)
+        draft.add_context(cap.aux(), 0)
     block = torch.full((1, drafter.cfg.block_size), drafter.cfg.mask_token_id, device=dev)
     block[0, 0] = context_ids[n]
     block_pos = torch.arange(n, n + drafter.cfg.block_size, device=dev)[None]

@@ -223,7 +223,7 @@ class OracleDraft:
 def speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule) -> DecodeResult:
     """The speculative loop of the module docstring, picking and checking tokens by ``rule``."""
     _check_prompt(verifier, prompt_ids, max_new_tokens)
-    # the aux states in the speculators convention (pre-norm last layer for id L): (1, S, A*H)
+    # the aux states in the speculators convention, taken by hooks (domino.aux): (1, S, A*H)
     with AuxCapture(verifier, draft.aux_layer_ids or []) as cap:
         return _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap, rule)
 
@@ -238,14 +238,13 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
     accepted_per_step: list[int] = []
 
     t0 = time.perf_counter()
-    out = verifier(input_ids=torch.tensor([prompt_ids], device=dev), **{ck: cache},
-                   use_cache=True, output_hidden_states=want_aux, logits_to_keep=1)
+    out = verifier(input_ids=torch.tensor([prompt_ids], device=dev), **{ck: cache}, use_cache=True, logits_to_keep=1)
     anchor = rule.pick(out.logits[0, -1])
     t1 = time.perf_counter()
     t_verify += t1 - t0
     draft.reset(len(prompt_ids))
     if want_aux:
-        draft.add_context(cap.aux(out.hidden_states), 0)
+        draft.add_context(cap.aux(), 0)
     t_draft += time.perf_counter() - t1
     pos = len(prompt_ids)  # position of the anchor, which the verifier has not read yet
     done = stop.push(anchor)
@@ -257,13 +256,12 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
         n = rule.drafts_for_budget(full, stop.budget)
         drafts, proposal = rule.propose(draft, anchor, pos, n)
         t1 = time.perf_counter()
-        out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache},
-                       use_cache=True, output_hidden_states=want_aux)
+        out = verifier(input_ids=torch.tensor([[anchor] + drafts], device=dev), **{ck: cache}, use_cache=True)
         c, nxt = rule.verify(drafts, proposal, out.logits[0])
         t2 = time.perf_counter()
         crop_cache(cache, pos + c + 1)  # keep the anchor and the accepted drafts
         if want_aux:
-            draft.add_context(cap.aux(out.hidden_states)[:, : c + 1], pos)
+            draft.add_context(cap.aux()[:, : c + 1], pos)
         t3 = time.perf_counter()
         t_draft += (t1 - t0) + (t3 - t2)
         t_verify += t2 - t1

@@ -136,8 +136,8 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype):
         for j, r in enumerate(batch):
             x[j, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
         with AuxCapture(verifier, aux_layer_ids) as cap:
-            out = verifier.model(input_ids=x.to(dev), output_hidden_states=True)
-        aux = cap.aux(out.hidden_states)
+            out = verifier.model(input_ids=x.to(dev))
+        aux = cap.aux()
         greedy = (out.last_hidden_state @ head.T.to(out.last_hidden_state.dtype)).argmax(-1)  # draft ids
         for j, r in enumerate(batch):
             n = len(r["input_ids"])

@@ -49,20 +49,20 @@ def test_embedded_verifier_has_the_configured_shape(tmp_path):
     assert c.architectures == ["Qwen3ForCausalLM"] and c.model_type == "qwen3"
 
 
-def test_aux_capture_of_the_last_layer_needs_a_forward_first():
+def test_aux_capture_needs_a_forward_inside_its_block():
     v = tiny_verifier(layers=2)
     L = v.config.num_hidden_layers
     with AuxCapture(v, [0, L]) as cap:
         with pytest.raises(RuntimeError, match="before a verifier forward inside its with-block"):
-            cap.aux(())
-        out = v.model(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True)
-        aux = cap.aux(out.hidden_states)
+            cap.aux()
+        v.model(input_ids=torch.tensor([[1, 2, 3]]))
+        aux = cap.aux()
     H = v.config.hidden_size
     assert aux.shape == (1, 3, 2 * H)
-    # the hook is gone after the block: a later forward leaves the captured last layer as it was
-    later = v.model(input_ids=torch.tensor([[4, 5, 6]]), output_hidden_states=True)
-    torch.testing.assert_close(cap.aux(later.hidden_states)[..., H:], aux[..., H:])
-    assert not torch.allclose(later.hidden_states[0], aux[..., :H])
+    # the hooks are gone after the block: a later forward leaves the captured states as they were
+    v.model(input_ids=torch.tensor([[4, 5, 6]]))
+    torch.testing.assert_close(cap.aux(), aux)
+    assert not torch.allclose(v.model.embed_tokens(torch.tensor([[4, 5, 6]])), aux[..., :H])
 
 
 def test_aux_id_L_is_the_last_layer_before_the_final_norm(verifier):
