@@ -461,6 +461,19 @@ def step_floor(verifier, draft: NeuralDraft, context_ids: list[int], repeats: in
     )
 
 
+def step_floors(loaded: Loaded, encoded: list[list[int]], decodes: list[PromptDecodes]) -> dict[str, dict]:
+    """Run -> its ``StepFloor`` in seconds (``docs/results.md``), measured after the timed decodes
+    on the prompt of median length followed by its plain continuation."""
+    i = sorted(range(len(encoded)), key=lambda j: len(encoded[j]))[len(encoded) // 2]
+    context = list(encoded[i]) + decodes[i].results[PLAIN].new_token_ids
+    out = {}
+    for run, draft in loaded.drafts.items():
+        f = step_floor(loaded.verifier, draft, context)
+        out[run] = {"drafter_forward_seconds": f.drafter_forward, "verify_forward_seconds": f.verify_forward,
+                    "plain_forward_seconds": f.plain_forward}
+    return out
+
+
 def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
                   outs: dict[str, str]) -> dict[str, dict]:
     """Decode every prompt plain and with each run's drafter (run name -> checkpoint dir), all in
@@ -477,13 +490,15 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     decodes = timed_decodes(loaded, encoded, config.max_new_tokens, desc=f"benchmark ({decoding.describe()})",
                             decoding=decoding)
     protocol = benchmark_protocol(config, len(tasks))
+    floors = step_floors(loaded, encoded, decodes)
     results = {}
     for run in (PLAIN, *checkpoint_dirs):
         timings = [d.timing(run) for d in decodes]
         near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol) if config.greedy else []
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
-                        "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy),
+                        "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
+                        | {"floor": floors.get(run)},
                         "prompts": prompt_records(tasks, encoded, timings)}
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result)

@@ -325,79 +325,57 @@ class DominoHead(nn.Module):
             return out
         return torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
 
-    @torch.no_grad()
-    def draft_greedy(self, z, base, corrected_from: int, anchor_emb, embed_draft):
-        """Inference, greedy: what ``draft_in_order`` returns with argmax choices, found by
-        guessing every slot's token and checking the guesses all at once.
-
-        Guess each slot's draft (first the base argmax), run the GRU over the anchor and the
-        guesses in one call, correct every slot at once, and take the argmax again. A slot
-        whose state read only final tokens is final; the first slot whose choice differs from
-        its guess is therefore final too, and the slots after it read a changed token and are
-        checked again from there. Each round finalises at least one more slot, so the result is
-        the sequential one (the tokens, and the logits up to float rounding) after at most n
-        rounds; a round whose guesses all hold ends it. Each round costs a handful of
-        operations over the remaining slots instead of a handful per slot.
-        """
-        n, H = z.shape[0], z.shape[-1]
-        w_s = self.down.weight[:, H:]
-        z_part = F.linear(z, self.down.weight[:, :H])  # (n, r), every slot at once
-        keep = (torch.arange(n, device=z.device) >= corrected_from).to(base.dtype)[:, None]  # (n, 1)
-        guess = base.argmax(-1)  # (n,)
-        h = z.new_zeros(1, 1, self.gru.hidden_size)  # the state before the first unread token
-        start, rows = 0, []
-        while True:
-            # states of slots start..n-1: slot i has read the anchor and the guesses of slots < i
-            read = embed_draft(guess[max(start - 1, 0):n - 1])  # (n - start or n - 1, H)
-            if start == 0:
-                read = torch.cat([anchor_emb, read])  # slot 0 reads the anchor alone
-            states, _ = self.gru(read[None], h)  # (1, n - start, G)
-            states = states[0]
-            logits = base[start:] + self.up(F.silu(z_part[start:] + F.linear(states, w_s))) * keep[start:]
-            choice = logits.argmax(-1)
-            changed = (choice != guess[start:]).nonzero()
-            if changed.numel() == 0:
-                rows.append(logits)
-                return guess, torch.cat(rows)
-            k = int(changed[0, 0])  # slots start..start+k are final, slot start+k with a new token
-            guess = torch.cat([guess[:start], choice])
-            rows.append(logits[:k + 1])
-            h = states[k:k + 1][None]  # (1, 1, G): has read the tokens before slot start+k
-            start += k + 1
-            if start == n:
-                return guess, torch.cat(rows)
+    @staticmethod
+    def gru_step(gi, gh, h):
+        """One step of the bias-free GRU: gi = W_ih x and gh = W_hh h, both (1, 3G) in PyTorch's
+        gate order (reset, update, new); h (1, G) -> the next state, as ``nn.GRU`` computes it."""
+        G = h.shape[-1]
+        r, u = torch.sigmoid(gi[:, :2 * G] + gh[:, :2 * G]).chunk(2, dim=1)
+        new = torch.tanh(torch.addcmul(gi[:, 2 * G:], r, gh[:, 2 * G:]))
+        return torch.lerp(new, h, u)  # new + u * (h - new)
 
     @torch.no_grad()
-    def draft_in_order(self, z, base, corrected_from: int, anchor_emb, embed_draft, choose):
+    def draft_in_order(self, z, base, corrected_from: int, anchor_emb, input_table, choose):
         """Inference: the draft-vocabulary ids of n consecutive drafting slots, one slot at a time.
 
         z (n, H) backbone outputs and base (n, Vd) logits of the drafting slots in order;
         drafting slot i is corrected when ``i >= corrected_from``. The GRU state of slot i has
         read the anchor (``anchor_emb`` (1, H)) and the drafts of slots 0..i-1, in order: the
         state ``teacher_forced_states`` gives slot i in training when those drafts are the
-        known tokens. ``embed_draft(ids (1,)) -> (1, H)`` embeds a draft-vocabulary id and
-        ``choose(logits (1, Vd)) -> (1,)`` picks one. Returns ids (n,) and final logits (n, Vd).
+        known tokens. ``input_table`` (Vd, 3G) holds ``W_ih e`` of each draft-vocabulary id's
+        embedding (``Drafter.gru_input_table``) and
+        ``choose(logits (1, Vd)) -> (1,)`` picks a slot's id (argmax, or a sampler).
+        Returns ids (n,) and final logits (n, Vd).
 
-        The same arithmetic as ``correction`` with the bottleneck's input split in two:
-        ``W1 [z ; s] = W1_z z + W1_s s``; ``W1_z z`` does not depend on the drafts and is
-        computed for every slot at once, so a slot pays for one GRU cell step, ``W1_s s``, the
-        up projection and its choice. The ids stay on the device until the caller reads them.
+        The arithmetic of ``correction`` and of the GRU, arranged so that a slot costs a dozen
+        small operations: the bottleneck's input splits as ``W1 [z ; s] = W1_z z + W1_s s``, and
+        ``W1_z z`` does not depend on the drafts, so it is computed for every slot at once; the
+        state's two products ``W1_s s`` (this slot's correction, ``W1_z z`` added in the same
+        call) and ``W_hh s`` (the next GRU step) come from one matrix product; a drafted token's
+        ``W_ih e`` is looked up in a table built once per drafter; the GRU step is written out (``gru_step``)
+        rather than run through ``torch.gru_cell``, which costs more than the rest of the slot
+        at these sizes. The ids stay on the device; the caller reads them once per block.
         """
-        H = z.shape[-1]
-        w_ih, w_hh = self.gru.weight_ih_l0, self.gru.weight_hh_l0
-        w_s = self.down.weight[:, H:]
-        z_part = F.linear(z, self.down.weight[:, :H])  # (n, r), every slot at once
-        h = torch.gru_cell(anchor_emb, z.new_zeros(1, self.gru.hidden_size), w_ih, w_hh)  # (1, G): read the anchor
+        n, H = z.shape
+        G, r = self.gru.hidden_size, self.down.out_features
+        w_ih = self.gru.weight_ih_l0
+        # one product per slot: [z_part ; 0] + s @ [W1_s ; W_hh]^T = [W1 [z ; s] ; W_hh s], (1, r + 3G)
+        w_state = torch.cat([self.down.weight[:, H:], self.gru.weight_hh_l0]).t()  # (G, r + 3G)
+        z_rows = F.pad(F.linear(z, self.down.weight[:, :H]), (0, 3 * G)).split(1)  # n x (1, r + 3G)
+        w_up = self.up.weight.t()  # (r, Vd), a view
+        base_rows = base.split(1)  # n x (1, Vd)
+        h = self.gru_step(F.linear(anchor_emb, w_ih), z.new_zeros(1, 3 * G), z.new_zeros(1, G))  # read the anchor
         ids, rows = [], []
-        for i in range(z.shape[0]):
-            logits = base[i:i + 1]  # (1, Vd)
+        for i in range(n):
+            both = torch.addmm(z_rows[i], h, w_state)  # (1, r + 3G)
+            logits = base_rows[i]
             if i >= corrected_from:
-                logits = logits + self.up(F.silu(z_part[i:i + 1] + F.linear(h, w_s)))
+                logits = torch.addmm(logits, F.silu(both[:, :r]), w_up)
             tok = choose(logits)  # (1,)
             ids.append(tok)
             rows.append(logits)
-            if i + 1 < z.shape[0]:
-                h = torch.gru_cell(embed_draft(tok), h, w_ih, w_hh)  # the next slot's state reads this draft
+            if i + 1 < n:  # the next slot's state reads this draft
+                h = self.gru_step(F.embedding(tok, input_table), both[:, r:], h)
         return torch.cat(ids), torch.cat(rows)
 
 
@@ -470,6 +448,18 @@ class Drafter(nn.Module):
 
     def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]
+
+    def gru_input_table(self) -> torch.Tensor:
+        """(Vd, 3G): the Domino GRU's input projection ``W_ih e`` of every draft-vocabulary token's
+        embedding, in draft-id order: what a drafted token feeds the GRU at inference, looked up
+        instead of computed per slot. Rebuilt when the embedding, ``d2t`` or ``W_ih`` change."""
+        w_ih, emb = self.head.gru.weight_ih_l0, self.embed_tokens.weight
+        key = tuple((t.data_ptr(), t._version, t.device, t.dtype) for t in (emb, self.d2t, w_ih))
+        if getattr(self, "_gru_input_key", None) != key:
+            ids = self.draft_to_target(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
+            self._gru_input_table = F.linear(emb[ids].to(w_ih.dtype), w_ih).detach()
+            self._gru_input_key = key
+        return self._gru_input_table
 
     # --- the shared pieces ----------------------------------------------------------------
 
@@ -564,14 +554,11 @@ class Drafter(nn.Module):
         if self.head is None or cfg.correct_from >= last:
             ids, logits = (base.argmax(-1) if pick_token is None else pick_token(base)), base
         else:
-            # the correction reads the anchor and then each drafted token
-            anchor_emb = self.embed_tokens(block_ids[0, :1]).to(z.dtype)  # (1, H)
-            embed_draft = lambda ids: self.embed_tokens(self.draft_to_target(ids)).to(z.dtype)  # noqa: E731
-            if pick_token is None:
-                ids, logits = self.head.draft_greedy(z, base, cfg.correct_from - first, anchor_emb, embed_draft)
-            else:
-                ids, logits = self.head.draft_in_order(z, base, cfg.correct_from - first, anchor_emb, embed_draft,
-                                                       pick_token)
+            choose = (lambda rows: rows.argmax(-1)) if pick_token is None else pick_token
+            # the correction reads the anchor and then each drafted token, so slots go in order
+            ids, logits = self.head.draft_in_order(z, base, cfg.correct_from - first,
+                                                   self.embed_tokens(block_ids[0, :1]).to(z.dtype),
+                                                   self.gru_input_table(), choose)
         drafts = self.draft_to_target(ids).tolist()
         return (drafts, logits) if return_logits else drafts
 

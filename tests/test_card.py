@@ -345,7 +345,12 @@ def test_step_cost_hand_computed():
                         "verify_seconds": 1.2}, 0.025)
     assert c.tokens_per_step == 2.5 and c.cost_in_plain_steps == pytest.approx(2.0)  # 0.05 s / 0.025 s
     assert (c.draft_share, c.verify_share) == (0.25, 0.6) and c.other_share == pytest.approx(0.15)
-    assert c.speedup == pytest.approx(1.25)
+    assert c.speedup == pytest.approx(1.25) and c.floor_in_plain_steps is None
+    # the floor: drafter 0.01 s + verifier 0.02 s alone, in plain steps of 0.025 s
+    floor = {"drafter_forward_seconds": 0.01, "verify_forward_seconds": 0.02, "plain_forward_seconds": 0.02}
+    c = render.step_cost({"steps": 40, "new_tokens": 100, "seconds": 2.0, "draft_seconds": 0.5,
+                          "verify_seconds": 1.2, "floor": floor}, 0.025)
+    assert c.floor_in_plain_steps == pytest.approx(1.2)
     with pytest.raises(ValueError, match="positive steps"):
         render.step_cost({"steps": 0, "new_tokens": 0, "seconds": 1.0, "draft_seconds": 0, "verify_seconds": 0}, 0.1)
 

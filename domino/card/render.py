@@ -57,11 +57,12 @@ class StepCost:
     verify_share: float          # verification seconds / total seconds
     other_share: float           # the rest: acceptance checks, cache bookkeeping
     speedup: float               # tokens_per_step / cost_in_plain_steps
+    floor_in_plain_steps: float | None = None  # the drafter's and verifier's forwards alone (summary.floor)
 
 
 def step_cost(summary: dict, plain_seconds_per_token: float) -> StepCost:
     """``summary``: a speculative run's benchmark summary (``steps``, ``new_tokens``, ``seconds``,
-    ``draft_seconds``, ``verify_seconds``)."""
+    ``draft_seconds``, ``verify_seconds``, and ``floor`` where the benchmark measured it)."""
     if summary["steps"] <= 0 or summary["seconds"] <= 0 or plain_seconds_per_token <= 0:
         raise ValueError(f"step cost needs positive steps, seconds and plain time, got {summary['steps']}, "
                          f"{summary['seconds']}, {plain_seconds_per_token}")
@@ -69,7 +70,9 @@ def step_cost(summary: dict, plain_seconds_per_token: float) -> StepCost:
     draft, verify = summary["draft_seconds"] / summary["seconds"], summary["verify_seconds"] / summary["seconds"]
     tokens = summary["new_tokens"] / summary["steps"]
     cost = per_step / plain_seconds_per_token
-    return StepCost(tokens, cost, draft, verify, 1.0 - draft - verify, tokens / cost)
+    f = summary.get("floor")
+    floor = (f["drafter_forward_seconds"] + f["verify_forward_seconds"]) / plain_seconds_per_token if f else None
+    return StepCost(tokens, cost, draft, verify, 1.0 - draft - verify, tokens / cost, floor)
 
 
 def _plain_seconds_per_token(res: dict, run: str) -> float:
