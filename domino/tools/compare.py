@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from . import tool_parser
+
 # JSON keys holding timings, and what derives from them (paired speedup intervals included)
 TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
 TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|vs DFlash noshift", re.I)
@@ -82,10 +84,15 @@ def _compare(a: Path, b: Path) -> RunComparison:
     return RunComparison(diffs, len(set(fa) | set(fb)))
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m domino.tools.compare", description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = tool_parser("compare", __doc__)
     p.add_argument("run_a", help="a workflow run directory (with results/ and reports/)")
     p.add_argument("run_b", help="another one")
+    return p
+
+
+def main(argv=None) -> None:
+    p = parser()
     a = p.parse_args(argv)
     for run in (a.run_a, a.run_b):
         if not (Path(run) / "results").is_dir():
