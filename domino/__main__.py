@@ -2,8 +2,10 @@
 
 Every stage takes ``--config`` (a JSON object ``{"declared": [...], "values": {...}}``, the
 config keys the stage declares in ``domino/stages.py`` and their values, as the workflow
-passes them; ``@file.json`` reads it from a file), its paths by name, and ``--log`` (the
-stage's messages also go to that file). ``python -m domino <stage> --help`` lists a stage's paths.
+passes them; ``@file.json`` reads it from a file; ``@config.yaml``, given once or more, merges
+config files as ``--configfile`` does and gives the stage its declared keys of the result), its
+paths by name, and ``--log`` (the stage's messages also go to that file).
+``python -m domino <stage> --help`` lists a stage's paths.
 
 Logging: a module that reports progress has ``logger = logging.getLogger(__name__)`` and adds no
 handler; this entry point alone adds them, for the run of one stage (``log_to``): the
@@ -17,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,7 +39,11 @@ def parser() -> argparse.ArgumentParser:
     for name, stage in STAGES.items():
         keys = ", ".join(stage.reads) + (" (and more in some configs)" if stage.reads_when else "")
         sp = sub.add_parser(name, help=f"reads {keys}", description=f"Stage {name}: reads config keys {keys}.")
-        sp.add_argument("--config", required=True, help='{"declared": [...], "values": {...}} as JSON, or @file')
+        sp.add_argument("--config", required=True, action="append",
+                        help='the declared keys and their values as JSON, {"declared": [...], "values": {...}}, '
+                             "as the workflow passes them (snakemake -n -p prints them), or @FILE.json holding "
+                             "it; or @config.yaml (repeat it to add overlays: --config @config.yaml "
+                             "--config @config/card.yaml), the config files merged and validated")
         sp.add_argument("--log", help="also write the stage's messages to this file")
         for arg, role in stage.paths.items():
             many = role.endswith("[]")  # a list: one value per run, in the same order as the others
@@ -45,11 +52,51 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_config(raw: str) -> dict:
-    text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
-    cfg = json.loads(text)
+class ConfigArgumentError(ValueError):
+    """A ``--config`` argument that cannot be read."""
+
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def read_config(raws: str | list[str], stage: str | None = None, wildcards: dict | None = None) -> dict:
+    """The ``--config`` of a stage: ``{"declared": [...], "values": {...}}``, given as JSON (inline
+    or ``@file.json``), or built from config files (``@config.yaml``, more than one merged in
+    order) as the workflow builds it, for ``stage`` and its ``wildcards``."""
+    from .config import ConfigError, load_config
+    from .stages import stage_config
+
+    raws = [raws] if isinstance(raws, str) else list(raws)
+    files = [r[1:] for r in raws if r.startswith("@") and r.lower().endswith(YAML_SUFFIXES)]
+    if files:
+        if len(files) != len(raws) or stage is None:
+            raise ConfigArgumentError("--config: give either config files (@config.yaml, repeated for overlays) "
+                                      "or one JSON object, not both")
+        try:
+            return json.loads(stage_config(stage, load_config(files), wildcards or {}))
+        except ConfigError as err:
+            hint = (f" ({files[0]} may be an overlay: give the base first, --config @config.yaml --config {raws[0]})"
+                    if len(files) == 1 and "required key is missing" in str(err) else "")
+            raise ConfigArgumentError(f"--config {' '.join(raws)}: {err}{hint}") from None
+        except KeyError as err:  # a wildcard naming no entry: --checkpoint no-such-checkpoint
+            raise ConfigArgumentError(f"--config {' '.join(raws)}: no {err.args[0]!r} where the stage reads "
+                                      f"{sorted((wildcards or {}).items())} (allowed: what the config names)") from None
+    if len(raws) != 1:
+        raise ConfigArgumentError("--config: one JSON object, or config files (@config.yaml, repeated for overlays)")
+    raw = raws[0]
+    try:
+        text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
+    except OSError as err:
+        raise ConfigArgumentError(f"--config {raw}: cannot be read ({err.strerror})") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigArgumentError(f"--config {raw if raw.startswith('@') else '...'}: not JSON ({err}); it takes "
+                                  '{"declared": [...], "values": {...}} as JSON, or config files as @config.yaml'
+                                  ) from None
     if not isinstance(cfg, dict) or set(cfg) != {"declared", "values"}:
-        raise SystemExit('--config must be {"declared": [...], "values": {...}} (see domino/stages.py)')
+        raise ConfigArgumentError('--config must be {"declared": [...], "values": {...}} (see domino/stages.py), '
+                                  "or config files as @config.yaml")
     return cfg
 
 
@@ -85,6 +132,23 @@ def log_to(log_path: str | Path | None):
         logger.setLevel(levels[1])
 
 
+def job_error_lines(logs: str | Path, since: float) -> list[str]:
+    """The one-line error that ends each job log under ``logs`` written since ``since`` (a
+    ``time.time()``), with its time stamp taken off: the workflow prints them last when a run
+    stops (``onerror``), so that an interrupted or failed job's own line is what a user reads
+    last, not Snakemake's error block with the job's whole command."""
+    error = re.compile(rf"(?:\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d )?(domino (?:{'|'.join(STAGES)}): .*)")
+    found = []
+    for log in sorted(Path(logs).rglob("*.log")):
+        if log.stat().st_mtime < since:
+            continue
+        lines = log.read_text(errors="replace").strip().splitlines()
+        m = error.fullmatch(lines[-1]) if lines else None
+        if m:
+            found.append(m.group(1))
+    return found
+
+
 def interrupted_line(stage: str) -> str:
     return (f"domino {stage}: interrupted; what was complete is kept (training keeps its state under "
             "state/); run the same command again to resume")
@@ -92,8 +156,12 @@ def interrupted_line(stage: str) -> str:
 
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
-    cfg = read_config(args.config)
     paths = {arg: getattr(args, arg) for arg in STAGES[args.stage].paths}
+    wildcards = {arg: paths[arg] for arg, role in STAGES[args.stage].paths.items() if role == "wildcard"}
+    try:
+        cfg = read_config(args.config, args.stage, wildcards)
+    except ConfigArgumentError as err:
+        raise SystemExit(str(err)) from None
     # under torchrun every rank runs this: rank 0 alone writes the log (others would overwrite it)
     log_path = args.log if os.environ.get("RANK", "0") == "0" else None
     with log_to(log_path):

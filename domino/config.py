@@ -305,6 +305,39 @@ def vllm_runs(cfg: dict) -> list[str]:
                            if k["projector"] == "dflash" and not k["shift_label"]]
 
 
+# What an overlay may change in a directory that holds a finished run: it may only add jobs.
+ADDITIVE = "new checkpoints: entries, a higher train.replicates, new benchmark.temperatures"
+
+
+def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
+    """How going from config ``before`` to ``after`` (both validated) would change results that
+    exist, one ``"key: old -> new"`` per changed key; empty when ``after`` only adds jobs
+    (``ADDITIVE``): a new entry of ``checkpoints:`` trains a new variant, a higher
+    ``train.replicates`` new replicates, a new temperature a new sampling job. The benchmark,
+    which decodes every trained run side by side, and the report then run again, as they do for
+    any new job."""
+    changes = []
+    for key in sorted(set(before) | set(after)):
+        where = f"{path}{key}"
+        if key not in after:
+            changes.append(f"{where}: removed")
+        elif key not in before:
+            if path != "checkpoints.":
+                changes.append(f"{where}: added")
+        elif where == "train.replicates":
+            if after[key] < before[key]:
+                changes.append(f"{where}: {before[key]} -> {after[key]} (fewer replicates)")
+        elif where == "benchmark.temperatures":
+            gone = [t for t in before[key] if t not in after[key]]
+            if gone:
+                changes.append(f"{where}: {before[key]} -> {after[key]} (drops {gone})")
+        elif isinstance(before[key], dict) and isinstance(after[key], dict):
+            changes += changes_to_results(before[key], after[key], f"{where}.")
+        elif before[key] != after[key]:
+            changes.append(f"{where}: {json.dumps(before[key])} -> {json.dumps(after[key])}")
+    return changes
+
+
 def config_sha256(cfg: dict) -> str:
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
 

@@ -15,8 +15,14 @@ and ``head.up -> domino_head.embed_proj.2`` (PR 685's head: ``GRU(H, G, bias=Fal
 ``Linear(H+G, r) -> SiLU -> Linear(r, V)`` over ``[hidden ; gru_out]``, as ours).
 ``embed_tokens.weight`` is written by default, so the export is self-contained (vLLM uses it
 when present). vLLM renames ``d2t``, skips ``t2d`` and reads ``draft_vocab_size``,
-``target_hidden_size``, ``mask_token_id`` and ``aux_hidden_state_layer_ids`` (speculators
-convention) from the config.
+``target_hidden_size`` (the verifier's hidden size, which is the drafter's), ``mask_token_id``
+and ``aux_hidden_state_layer_ids`` (speculators convention) from the config.
+
+``speculators_config.verifier.name_or_path`` is where a reader loads the verifier from: ``vllm
+serve EXPORT`` serves that model with the export as its drafter, and speculators attaches it.
+The export stage writes the path the workflow loaded the verifier from: the hub id, or a local
+directory as the run names it (``results/verifier/model`` for the embedded verifier), which is
+relative to the run directory: a reader started there finds it.
 
 Checked for the DFlash exports: speculators 0.9.0 loads every tensor under its name and its
 training forward gives our draft logits (``tests/test_export.py``, where speculators is
@@ -133,7 +139,10 @@ def _transformer_layer_config(cfg: DrafterConfig) -> dict:
 
 def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtype,
                        verifier_architectures=("Qwen3ForCausalLM",)) -> dict:
-    """The ``config.json`` of a drafter in the speculators DFlash format."""
+    """The ``config.json`` of a drafter in the speculators DFlash format. ``verifier_name`` becomes
+    ``speculators_config.verifier.name_or_path``, which readers load the verifier from (``vllm
+    serve EXPORT`` serves it, speculators attaches it): a hub id, or a directory, where a relative
+    one is read from the reader's working directory."""
     dtype_name = str(dtype).removeprefix("torch.")
     return {
         "architectures": ["DFlashDraftModel"],
@@ -141,7 +150,7 @@ def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtyp
         "transformer_layer_config": _transformer_layer_config(cfg),
         "draft_vocab_size": cfg.draft_vocab_size,
         "block_size": cfg.block_size,
-        "target_hidden_size": None,  # the drafter's hidden size is the verifier's
+        "target_hidden_size": cfg.hidden_size,  # the verifier's: the drafter's hidden size is the verifier's
         "aux_hidden_state_layer_ids": list(cfg.aux_layer_ids),  # speculators convention
         "mask_token_id": cfg.mask_token_id,
         "projector_type": cfg.projector,
@@ -262,6 +271,10 @@ def _public_drafter_config(config: dict) -> DrafterConfig:
     The head's sizes default to PR 685's; what the format does not carry (the attention kernel,
     the initialisation, which the loaded weights replace) takes the config schema's default."""
     layer = config["transformer_layer_config"]
+    target_hidden = config.get("target_hidden_size")
+    if target_hidden not in (None, layer["hidden_size"]):
+        raise ExportError(f"target_hidden_size {target_hidden} differs from the draft layers' hidden_size "
+                          f"{layer['hidden_size']}: this drafter reads the verifier's states at its own width")
     rope = layer.get("rope_parameters") or {}
     aux = list(config["aux_hidden_state_layer_ids"])
     shift = config.get("shift_label")

@@ -27,6 +27,7 @@ neither torch nor transformers.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -80,9 +81,9 @@ def _under(path: str, declared: list[str]) -> bool:
     return any(path == d or path.startswith(d + ".") or d.startswith(path + ".") for d in declared)
 
 
-def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = None) -> str:
-    """The job's declared keys and their values, as JSON: the rule's ``params:`` entry."""
-    declared = STAGES[name].keys(config, wildcards)
+def _declared_values(stage: Stage, config: dict, wildcards: Mapping[str, str] | None) -> tuple[list[str], dict]:
+    """The job's declared keys, and their values as a nested dict (the job-set keys left out)."""
+    declared = stage.keys(config, wildcards)
     values: dict = {}
     for key in declared:
         *parents, last = key.split(".")
@@ -94,7 +95,66 @@ def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = 
         if key not in declared:
             section, last = key.rsplit(".", 1)
             values.get(section, {}).pop(last, None)
+    return declared, values
+
+
+def stage_config(name: str, config: dict, wildcards: Mapping[str, str] | None = None) -> str:
+    """The job's declared keys and their values, as JSON: what ``python -m domino <stage> --config`` takes."""
+    declared, values = _declared_values(STAGES[name], config, wildcards)
     return json.dumps({"declared": declared, "values": values}, sort_keys=True)
+
+
+# What Snakemake records of a job, to rerun it when a value changes: one entry per key, written
+# "key=value", so that a rerun's reason names the keys that changed and only those. A value
+# longer than RECORDED_CHARS is recorded by its hash, so that the reason stays short.
+RECORDED_CHARS = 200
+
+
+def _recorded(key: str, value) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if len(text) > RECORDED_CHARS:
+        text = "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    return f"{key}={text}"
+
+
+def _leaves(values: dict, prefix: str = "") -> dict:
+    """``{"train": {"lr": 0.003}}`` -> ``{"train.lr": 0.003}``; lists and empty sections are leaves."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, dict) and v:
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _split_patterns(name: str, config: dict) -> tuple[Stage, list[str]]:
+    """The stage with its wildcard-free keys only, and its keys that name a wildcard."""
+    stage = STAGES[name]
+    patterns = (*stage.reads, *(stage.reads_when(config) if stage.reads_when else ()))
+    fixed = Stage(name, stage.run, tuple(k for k in patterns if "{" not in k), stage.paths)
+    return fixed, [k for k in patterns if "{" in k]
+
+
+def recorded_keys(name: str, config: dict) -> list[str]:
+    """The keys ``recorded_values`` gives, the same for every job of the stage: each leaf of the
+    declared keys (``train.lr``), and each key naming a wildcard (``checkpoints.{checkpoint}``) whole."""
+    fixed, wild = _split_patterns(name, config)
+    return [*_leaves(_declared_values(fixed, config, None)[1]), *wild]
+
+
+def recorded_values(name: str, config: dict, wildcards: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the workflow records of one job's config, by ``recorded_keys``: ``"train.lr=0.003"``,
+    ``"checkpoints.domino={...}"``. The job's ``stage_config`` holds the same values."""
+    fixed, wild = _split_patterns(name, config)
+    out = {k: _recorded(k, v) for k, v in _leaves(_declared_values(fixed, config, None)[1]).items()}
+    for pattern in wild:
+        key = Stage(name, fixed.run, (pattern,)).keys(config, wildcards)[0]
+        node = config
+        for part in key.split("."):
+            node = node[part]
+        out[pattern] = _recorded(key, node)
+    return out
 
 
 class StageConfig:
@@ -314,12 +374,13 @@ def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dir
                             {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))})
 
 
-@stage("export", ("verifier.name", "verifier.dtype"), {"checkpoint_dir": "param", "out": "output"})
-def export(cfg: StageConfig, checkpoint_dir: str, out: str) -> None:
+@stage("export", ("verifier.dtype",), {"verifier": "param", "checkpoint_dir": "param", "out": "output"})
+def export(cfg: StageConfig, verifier: str, checkpoint_dir: str, out: str) -> None:
     from . import export as export_lib
 
-    # the verifier's name goes into the export's config; its dtype is the exported weights' dtype
-    c = export_lib.export_speculators(checkpoint_dir, out, cfg["verifier.name"], dtype=cfg["verifier.dtype"])
+    # where the run loads the verifier from goes into the export's config (verifier.name_or_path,
+    # what readers load); its dtype is the exported weights' dtype
+    c = export_lib.export_speculators(checkpoint_dir, out, verifier, dtype=cfg["verifier.dtype"])
     tokens = c["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
     logger.info(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
                 f"{tokens} speculative tokens, {c['dtype']})")

@@ -6,6 +6,8 @@ The embedded verifier is written by ``domino.embedded`` and loads here like any 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from .common import DTYPES
@@ -17,8 +19,21 @@ class VerifierError(ValueError):
     """A verifier this project cannot draft for."""
 
 
+def check_local(path: str) -> None:
+    """Refuse a local path that is not a directory, naming it, before transformers reads it as a
+    malformed hub id. A path is local unless it reads as ``org/name`` (``domino.config.is_local_source``)."""
+    from .config import is_local_source
+
+    if is_local_source(str(path)) and not Path(path).expanduser().is_dir():
+        where = "" if Path(path).expanduser().is_absolute() else f" (relative paths are read from {Path.cwd()})"
+        raise VerifierError(f"{str(path)!r} is not a directory{where}; a "
+                            "local verifier is a save_pretrained directory, such as results/verifier/model once "
+                            "the verifier rule has run, and a hub verifier an id like Qwen/Qwen3-0.6B")
+
+
 def load_tokenizer(path: str):
     """The verifier's tokenizer, from the same hub id or directory."""
+    check_local(path)
     return AutoTokenizer.from_pretrained(path)
 
 
@@ -76,6 +91,9 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     """``AutoModelForCausalLM.from_pretrained`` after checking the config is Qwen3."""
     if dtype not in DTYPES:
         raise VerifierError(f"verifier dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    check_local(path)
+    if Path(path).expanduser().is_dir() and not (Path(path).expanduser() / "config.json").exists():
+        raise VerifierError(f"{str(path)!r} has no config.json (allowed: a save_pretrained directory)")
     try:
         config = AutoConfig.from_pretrained(path)
     except OSError as err:

@@ -61,6 +61,8 @@ def test_a_directory_that_holds_no_run_is_refused_in_one_line(tmp_path):
     a = make_run(tmp_path / "a")
     with pytest.raises(SystemExit, match=r"nowhere has no results/ folder"):
         compare.main([str(a), str(tmp_path / "nowhere")])
+    with pytest.raises(FileNotFoundError, match=r"nowhere has no results/ folder"):  # the library too
+        compare.compare_runs(tmp_path / "nowhere", a)
 
 
 def test_a_card_in_one_run_only_differs(tmp_path):

@@ -308,3 +308,29 @@ def test_a_non_editable_install_validates_a_config(tmp_path):
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "8", out.stderr[-2000:]
+
+
+def test_an_overlay_that_only_adds_jobs_changes_no_result():
+    """The shipped sampling, replicates and ablations overlays only add jobs to the default run;
+    anything else that differs is named by key, and so is what an overlay would take away."""
+    from conftest import load_config_files
+    from domino.config import changes_to_results
+
+    base = load_config_files("config.yaml")
+    for overlay in ("config/sampling.yaml", "config/replicates.yaml", "config/ablations.yaml"):
+        more = load_config_files("config.yaml", overlay)
+        assert more != base and changes_to_results(base, more) == [], overlay
+        assert changes_to_results(more, base) != [], overlay  # leaving it out is no addition
+    both = load_config_files("config.yaml", "config/ablations.yaml", "config/sampling.yaml")
+    assert changes_to_results(load_config_files("config.yaml", "config/ablations.yaml"), both) == []
+    edited = copy.deepcopy(base)
+    edited["train"]["lr"] = 1.0e-3
+    edited["checkpoints"]["domino"]["train"] = {"epochs": 2}
+    edited["train"]["replicates"] = 0 + 1  # unchanged
+    assert changes_to_results(base, edited) == ["checkpoints.domino.train: added", "train.lr: 0.003 -> 0.001"]
+    assert changes_to_results(load_config_files("config.yaml", "config/replicates.yaml"), base) == [
+        "train.replicates: 3 -> 1 (fewer replicates)"]
+    assert changes_to_results(load_config_files("config.yaml", "config/sampling.yaml"), base) == [
+        "benchmark.temperatures: [0, 0.6, 1.0] -> [0] (drops [0.6, 1.0])"]
+    card = changes_to_results(base, load_config_files("config.yaml", "config/card.yaml"))
+    assert "verifier.source: \"embedded\" -> \"Qwen/Qwen3-0.6B\"" in card

@@ -79,6 +79,7 @@ def test_config_fields_and_weight_names(verifier, tmp_path, kind):
     assert c["shift_label"] is KINDS[kind]["shift_label"] and c["sample_from_anchor"] is KINDS[kind]["shift_label"]
     assert c["aux_hidden_state_layer_ids"] == [1, 2, 4]  # speculators convention, unchanged
     assert c["draft_vocab_size"] == 64 and c["block_size"] == 4
+    assert c["target_hidden_size"] == verifier.config.hidden_size == 64  # what vLLM sizes fc's input by
     assert c["mask_token_id"] == verifier.config.vocab_size - 1
     assert c["pure_draft_prefix_len"] == cfg.correct_from - 1 == 0  # PR 685: first corrected slot 1 + value
     assert c["domino_repro"]["format_version"] == 3
@@ -148,6 +149,10 @@ def test_public_fields_alone_rebuild_the_drafter(verifier, tmp_path):
     del c["domino_repro"]
     path.write_text(json.dumps(c))
     back = load_speculators(tmp_path / "out", attn_implementation="eager")
+    c["target_hidden_size"] = 2 * c["transformer_layer_config"]["hidden_size"]  # a drafter of another width
+    path.write_text(json.dumps(c))
+    with pytest.raises(ExportError, match="target_hidden_size 128 differs from the draft layers' hidden_size 64"):
+        load_speculators(tmp_path / "out")
     for f in ("hidden_size", "block_size", "aux_layer_ids", "mask_token_id", "draft_vocab_size", "shift_label",
               "projector", "gru_hidden_size", "bottleneck_size", "correct_from", "num_layers", "rms_norm_eps"):
         assert getattr(back.cfg, f) == getattr(drafter.cfg, f), f
@@ -191,10 +196,11 @@ def test_cli_stage(verifier, tmp_path):
     drafter = tiny_drafter(verifier, projector="domino")
     drafter.save(tmp_path / "ckpt")
     config = stage_config("export", {"seed": 0, "threads": 1, "device": "cpu",
-                                     "verifier": {"name": "Qwen/Qwen3-0.6B", "dtype": "float32"}})
+                                     "verifier": {"name": "a display name", "dtype": "float32"}})
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
-        main(["export", "--config", config, "--checkpoint-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x")])
+        main(["export", "--config", config, "--verifier", "Qwen/Qwen3-0.6B", "--checkpoint-dir", str(tmp_path / "ckpt"),
+              "--out", str(tmp_path / "x")])
     finally:  # the CLI's setup is global: give the rest of the session its settings back
         torch.use_deterministic_algorithms(det, warn_only=warn)
     c = json.loads((tmp_path / "x" / "config.json").read_text())

@@ -116,10 +116,78 @@ def test_cli_help_lists_every_stage_and_a_stage_its_paths():
 
 
 def test_a_bad_config_argument_is_refused_in_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "domino", "export", "--config", '{"seed": 0}', "--checkpoint-dir",
-                          str(tmp_path), "--out", str(tmp_path / "x"), "--log", str(tmp_path / "log")],
-                         capture_output=True, text=True)
+    def run(*config):
+        args = [a for c in config for a in ("--config", c)]
+        return subprocess.run([sys.executable, "-m", "domino", "export", *args, "--verifier", "v", "--checkpoint-dir",
+                               str(tmp_path), "--out", str(tmp_path / "x"), "--log", str(tmp_path / "log")],
+                              capture_output=True, text=True, cwd=ROOT)
+
+    out = run('{"seed": 0}')
     assert out.returncode != 0 and out.stderr.strip().startswith("--config must be"), out.stderr
+    (tmp_path / "config.txt").write_text("seed: 0\n")  # YAML, not JSON, under another suffix
+    for config, line in ((f"@{tmp_path / 'config.txt'}", "not JSON (Expecting value: line 1 column 1 (char 0))"),
+                         (f"@{tmp_path / 'none.json'}", "cannot be read (No such file or directory)"),
+                         ("@tests/micro.yaml", "checkpoints: required key is missing")):
+        out = run(config)
+        assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert out.stderr.startswith(f"--config {config}: ") and line in out.stderr, out.stderr
+    assert "give the base first, --config @config.yaml --config @tests/micro.yaml" in out.stderr
+
+
+def test_config_files_give_a_stage_its_declared_keys():
+    """``--config @config.yaml`` (with overlays after it) gives a stage what the workflow gives it."""
+    from domino.__main__ import read_config
+
+    assert read_config(["@config.yaml"], "train", {"checkpoint": "domino"}) == json.loads(
+        stage_config("train", CONFIG, {"checkpoint": "domino"}))
+    from domino.config import load_config
+
+    micro = load_config([ROOT / "config.yaml", ROOT / "tests" / "micro.yaml"])
+    got = read_config([f"@{ROOT / 'config.yaml'}", f"@{ROOT / 'tests' / 'micro.yaml'}"], "draft_vocab", {})
+    assert got == json.loads(stage_config("draft_vocab", micro)) and got["values"]["drafter"]["draft_vocab_size"] == 128
+
+
+def test_what_snakemake_records_names_each_key():
+    """One recorded param per key ("train.lr=0.003"): a one-key edit changes one entry, so a rerun's
+    reason names that key; the names are the same for every job of a stage."""
+    from domino.stages import RECORDED_CHARS, recorded_keys, recorded_values
+
+    keys = recorded_keys("train", CONFIG)
+    assert "train.lr" in keys and "drafter.block_size" in keys and "checkpoints.{checkpoint}" in keys
+    assert "train" not in keys and "train.replicates" not in keys  # leaves; the replicate count reaches no job
+    before = recorded_values("train", CONFIG, {"checkpoint": "domino"})
+    assert list(before) == keys and before["train.lr"] == f"train.lr={CONFIG['train']['lr']}"
+    assert before["checkpoints.{checkpoint}"].startswith('checkpoints.domino={"projector":"domino"')
+    edited = json.loads(json.dumps(CONFIG))
+    edited["train"]["lr"] = 0.002
+    after = recorded_values("train", edited, {"checkpoint": "domino"})
+    assert {k for k in keys if before[k] != after[k]} == {"train.lr"} and after["train.lr"] == "train.lr=0.002"
+    assert recorded_values("train", CONFIG, {"checkpoint": "domino-seed1"}) == before  # a replicate trains as it
+    # every value is short, a long one by its hash; together they hold what the job's --config holds
+    report = recorded_values("report", CONFIG)
+    assert all(len(v) <= len(k) + 1 + RECORDED_CHARS for k, v in report.items())
+    assert len(report) > 50 and "train.replicates" in report and "benchmark.max_new_tokens" in report
+
+
+def test_a_stopped_jobs_own_line_is_found_in_its_log(tmp_path):
+    """What the workflow prints last when a run stops: each job log's closing error line, written
+    since the run started, without its time stamp; a finished job's last line is not one."""
+    import os
+    import time
+
+    from domino.__main__ import interrupted_line, job_error_lines
+
+    logs = tmp_path / "logs"
+    (logs / "train").mkdir(parents=True)
+    (logs / "train" / "domino.log").write_text(f"2026-01-01 00:00:00 53 steps\n2026-01-01 00:00:09 "
+                                               f"{interrupted_line('train')}\n")
+    (logs / "benchmark.log").write_text("2026-01-01 00:00:00 domino benchmark: ValueError: bad prompt\n")
+    (logs / "validate").mkdir()
+    (logs / "validate" / "domino.log").write_text("2026-01-01 00:00:00 domino: final accuracy per slot [...]\n")
+    (logs / "old.log").write_text("2026-01-01 00:00:00 domino report: ValueError: from an earlier run\n")
+    os.utime(logs / "old.log", (1, 1))
+    assert job_error_lines(logs, time.time() - 60) == ["domino benchmark: ValueError: bad prompt",
+                                                       interrupted_line("train")]
 
 
 def test_every_entry_function_takes_the_config_and_the_declared_paths_by_name():

@@ -9,7 +9,7 @@ from transformers import LlamaConfig
 from conftest import tiny_verifier
 from domino.aux import AuxCapture, aux_states
 from domino.embedded import build_embedded_verifier, train_tokenizer
-from domino.verifier import VerifierError, load_verifier
+from domino.verifier import VerifierError, load_tokenizer, load_verifier
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks."] * 20
 EMBEDDED = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_attention_heads": 2,
@@ -26,12 +26,27 @@ def llama_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("where,dtype,match", [
     ("", "float32", "model_type is 'llama'.*needs a Qwen3"),
-    ("nowhere", "float32", "cannot load the verifier from"),
+    ("nowhere", "float32", r"llama\d*/nowhere' is not a directory; a local verifier is a save_pretrained directory"),
+    ("..", "float32", r"has no config.json \(allowed: a save_pretrained directory\)"),
     ("", "float64", r"verifier dtype must be one of \['bfloat16', 'float16', 'float32'\], got 'float64'"),
 ])
 def test_unusable_verifiers_are_refused(llama_dir, where, dtype, match):
     with pytest.raises(VerifierError, match=match):
         load_verifier(str(llama_dir / where), dtype=dtype)
+
+
+@pytest.mark.parametrize("path", ["results/verifier/model", "runs/card/verifier", "./random_verifier"])
+def test_a_missing_local_verifier_is_named_not_read_as_a_hub_id(path, tmp_path, monkeypatch):
+    """A relative path that is not there is refused as a missing directory, naming where relative
+    paths are read from, never as a malformed hub id; a hub id (org/name) is left to the hub."""
+    monkeypatch.chdir(tmp_path)
+    for load in (load_verifier, load_tokenizer):
+        with pytest.raises(VerifierError, match=rf"'{path}' is not a directory \(relative paths are read from "
+                                                rf"{tmp_path}\); a local verifier is a save_pretrained directory"):
+            load(path)
+    from domino.verifier import check_local
+
+    check_local("Qwen/Qwen3-0.6B")  # a hub id: not refused here
 
 
 def test_embedded_verifier_has_the_configured_shape(tmp_path):

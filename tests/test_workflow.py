@@ -3,6 +3,7 @@
 import json
 import shlex
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -152,9 +153,20 @@ def test_html_report(micro_run):
 
 
 def _edit(repo, text):
-    (repo / "edit.yaml").write_text(text)
-    return planned_jobs(run_snakemake(repo, "-n", "reports/model_card.md", "--configfile", "config.yaml",
-                                      "micro.yaml", "edit.yaml"))
+    """What a dry run plans after editing the run's own config (micro.yaml here, config.yaml in the
+    README's case): ``text``'s keys merged into it; the file is put back afterwards."""
+    import yaml
+
+    from domino.config import merge
+
+    path = repo / "micro.yaml"
+    kept = path.read_text()
+    try:
+        path.write_text(yaml.safe_dump(merge(yaml.safe_load(kept), yaml.safe_load(text))))
+        return planned_jobs(run_snakemake(repo, "-n", "reports/model_card.md", "--configfile", "config.yaml",
+                                          "micro.yaml"))
+    finally:
+        path.write_text(kept)
 
 
 def test_editing_a_benchmark_value_reruns_only_benchmark_and_report(micro_run):
@@ -182,16 +194,161 @@ def test_more_seed_replicates_train_only_the_new_ones(micro_run):
 
 
 def test_a_run_with_other_overlays_is_refused_in_this_directory(micro_run):
-    """One directory holds one configuration: another set of overlays stops before any job."""
+    """An overlay that would change a result that exists stops before any job, by the dry run as
+    well as the real run, in one line naming the changed key."""
     (micro_run / "other.yaml").write_text("benchmark:\n  max_new_tokens: 10\n")
     card = micro_run / "reports" / "model_card.md"
     before = card.stat().st_mtime_ns
-    out = run_snakemake(micro_run, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml", "other.yaml",
-                        check=False)
-    text = out.stdout + out.stderr
-    assert "config error: this directory holds a run with the overlays ['micro.yaml']" in text, text[-2000:]
-    assert "snakemake --directory runs/NAME" in text
+    for dry in (["-n"], []):
+        out = run_snakemake(micro_run, *dry, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
+                            "other.yaml", check=False)
+        text = out.stdout + out.stderr
+        assert out.returncode == 1, text[-2000:]
+        (line,) = [line for line in text.splitlines() if line.startswith("config error:")]
+        assert line.startswith("config error: this directory holds a run with the overlays ['micro.yaml']; the "
+                               "overlays ['micro.yaml', 'other.yaml'] would change its results "
+                               "(benchmark.max_new_tokens: 12 -> 10)"), line
+        assert "snakemake --directory runs/NAME" in line and "Job stats" not in text
     assert card.stat().st_mtime_ns == before
+    # and the way back: leaving out an overlay the run was made with is refused too
+    (micro_run / ".domino-run.json").write_text('["micro.yaml", "other.yaml"]')
+    try:
+        out = run_snakemake(micro_run, "-n", "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
+                            check=False)
+    finally:
+        (micro_run / ".domino-run.json").write_text('["micro.yaml"]')
+    assert out.returncode == 1 and "(benchmark.max_new_tokens: 10 -> 12)" in out.stdout + out.stderr
+
+
+def _readme_overlay_line(overlay):
+    """The README's command that adds ``overlay`` to the default run, as argv after ``snakemake
+    --cores 1``, with the micro config put before the overlay (the micro run was made with it)."""
+    from conftest import ROOT
+
+    (line,) = [line for line in (ROOT / "README.md").read_text().splitlines()
+               if line.startswith("snakemake ") and line.endswith(f"--configfile {overlay}")]
+    argv = shlex.split(line)
+    assert argv[:3] == ["snakemake", "--cores", "1"] and "--directory" not in argv, line
+    return [*argv[3:-1], "config.yaml", "micro.yaml", overlay]
+
+
+@pytest.mark.parametrize("overlay,added", [
+    ("config/sampling.yaml", {"sampling": 2, "report": 1}),  # one job per T > 0; no training, no greedy benchmark
+    ("config/ablations.yaml", {"train": 7, "validate": 7, "benchmark": 1, "report": 1}),  # the 7 variants
+    ("config/replicates.yaml", {"train": 6, "benchmark": 1, "report": 1}),  # two more seeds per checkpoint
+])
+def test_the_readme_overlays_add_only_their_jobs_to_a_finished_run(micro_run, overlay, added):
+    """The README's ablation, sampling and replicates lines, run in the finished run's directory,
+    plan the jobs they add (and the benchmark and card that gather them), nothing that exists."""
+    out = run_snakemake(micro_run, "-n", *_readme_overlay_line(overlay))
+    assert planned_jobs(out) == added, planned_jobs(out)
+
+
+def _copy_run(src, dst):
+    """A finished run's directory, copied with its files' times (Snakemake compares them)."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def test_an_additive_overlay_runs_in_the_finished_directory(micro_run, tmp_path):
+    """The real run of the README's sampling line in a copy of the finished run: accepted, only
+    the sampling jobs and the card run, and the directory then holds both overlays."""
+    run = _copy_run(micro_run, tmp_path / "run")
+    weights = run / "results" / "train" / "domino" / "checkpoint" / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    out = run_snakemake(run, *_readme_overlay_line("config/sampling.yaml"))
+    text = out.stdout + out.stderr
+    assert "localrule sampling:" in text and "localrule train:" not in text and "localrule benchmark:" not in text
+    assert weights.stat().st_mtime_ns == before and (run / "results" / "sampling" / "T0.6" / "domino.json").exists()
+    assert json.loads((run / ".domino-run.json").read_text()) == ["config/sampling.yaml", "micro.yaml"]
+
+
+def test_a_one_key_edit_gives_a_short_reason_naming_the_key(micro_run):
+    """Snakemake prints the params that changed; each is one key and its value."""
+    import yaml
+
+    path = micro_run / "micro.yaml"
+    kept = path.read_text()
+    try:
+        cfg = yaml.safe_load(kept)
+        cfg["train"]["lr"] = 0.002
+        path.write_text(yaml.safe_dump(cfg))
+        out = run_snakemake(micro_run, "-n", "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml")
+    finally:
+        path.write_text(kept)
+    reasons = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("reason: Params")]
+    assert len(reasons) == 3, reasons  # the three train jobs
+    for reason in reasons:
+        assert reason.endswith("before: 'train.lr=0.003' now: 'train.lr=0.002'"), reason
+        assert len(reason) < 200, reason
+
+
+def test_an_interrupted_job_says_last_what_it_kept(micro_run, tmp_path):
+    """Ctrl-C during training: the job's own line, what was kept and how to resume, is the last
+    line of the output, after Snakemake's error block and closing lines."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    run = _copy_run(micro_run, tmp_path / "run")
+    cfg = yaml.safe_load((run / "micro.yaml").read_text())
+    cfg["train"]["epochs"] = 200  # long enough to be interrupted mid-way
+    (run / "micro.yaml").write_text(yaml.safe_dump(cfg))
+    log = run / "logs" / "train" / "domino.log"
+    log.unlink()
+    env = dict(os.environ, PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("snakemake")), "--cores", "1",
+                             "results/train/domino/checkpoint/model.safetensors", "--configfile", "config.yaml",
+                             "micro.yaml"], cwd=run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 600
+        while not (log.exists() and "packed rows" in log.read_text()) and time.time() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's process group
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = out.strip().splitlines()
+    assert proc.returncode != 0 and "Error in rule train:" in out, out[-3000:]
+    assert lines[-1].startswith("domino train: Interrupted: interrupted at step "), lines[-6:]
+    assert lines[-1].endswith("to resume, rerun the same snakemake command"), lines[-1]
+    assert (run / "results" / "train" / "domino" / "state" / "state.pt").exists()
+
+
+def test_the_readme_export_names_a_verifier_a_reader_can_load(micro_run):
+    """The README's export command on the finished run: every export names, as its verifier, a
+    directory that loads from the run directory, and states the verifier's hidden size."""
+    import re
+
+    from transformers import AutoConfig
+
+    from conftest import ROOT
+    from domino.export import load_speculators
+
+    block = re.search(r"^## Exporting the checkpoints\n\n```bash\n(.*?)```", (ROOT / "README.md").read_text(),
+                      re.S | re.M).group(1)
+    (line,) = block.strip().splitlines()
+    argv = shlex.split(line)
+    assert argv[:3] == ["snakemake", "--cores", "1"], line
+    run_snakemake(micro_run, *argv[3:], "--configfile", "config.yaml", "micro.yaml")
+    for ck in CHECKPOINTS:
+        export = micro_run / "results" / "export" / ck
+        c = json.loads((export / "config.json").read_text())
+        where = c["speculators_config"]["verifier"]["name_or_path"]
+        assert where == "results/verifier/model", where  # relative to the run directory
+        verifier = AutoConfig.from_pretrained(micro_run / where)
+        assert verifier.model_type == "qwen3" and c["target_hidden_size"] == verifier.hidden_size == 64
+        assert load_speculators(export).cfg.hidden_size == verifier.hidden_size
 
 
 def test_two_runs_are_identical_timing_aside(micro_run, tmp_path):

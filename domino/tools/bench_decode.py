@@ -28,6 +28,7 @@ import torch
 from transformers import DynamicCache, Qwen3ForCausalLM
 
 from ..bench import divergence
+from . import tool_parser
 from ..common import DTYPES
 from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, decode
 from ..metrics import acceptance_summary
@@ -89,20 +90,28 @@ class Runs:
     parted: list[dict]  # domino.bench.divergence of each prompt whose drafter run differs
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m domino.tools.bench_decode", description=__doc__.split("\n")[0])
-    ap.add_argument("--verifier", help="a save_pretrained Qwen3 directory (default: random)")
-    ap.add_argument("--checkpoint", help="a trained drafter checkpoint directory (default: random Domino)")
-    ap.add_argument("--prompts", type=int, default=12)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--block-size", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
+def parser() -> argparse.ArgumentParser:
+    ap = tool_parser("bench_decode", __doc__)
+    ap.add_argument("--verifier", help="a save_pretrained Qwen3 directory, such as results/verifier/model "
+                                       "(without it: a random Qwen3)")
+    ap.add_argument("--checkpoint", help="a trained drafter checkpoint directory, such as "
+                                         "results/train/domino/checkpoint (without it: a random Domino drafter)")
+    ap.add_argument("--prompts", type=int, default=12, help="how many random prompts to decode")
+    ap.add_argument("--prompt-len", type=int, default=128, help="tokens per random prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="tokens each decode generates")
+    ap.add_argument("--block-size", type=int, default=8, help="the random drafter's block size (a checkpoint "
+                                                              "keeps its own)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the prompts and of the random weights")
     ap.add_argument("--card-shapes", action="store_true", help="random verifier and drafter at the card's shapes")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    return ap.parse_args(argv)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                    help="the weights' dtype; outside float32 near-ties may part a run from plain greedy")
+    return ap
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def build_models(a: argparse.Namespace) -> Models:

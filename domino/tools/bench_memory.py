@@ -30,6 +30,7 @@ from ..model import Drafter
 from ..shapes import card_drafter_config
 from ..train import TrainConfig, train
 from ..vocab import mappings
+from . import tool_parser
 
 
 @dataclass
@@ -95,17 +96,23 @@ def measure(device: str, attn: str, projector: str, autocast: str | None, pack_l
                       seconds_per_step=seconds / max(1, s["steps"]))
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m domino.tools.bench_memory", description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
-    ap.add_argument("--projector", choices=["domino", "dflash"], default="domino")
+def parser() -> argparse.ArgumentParser:
+    ap = tool_parser("bench_memory", __doc__)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="where the training step runs (cpu, cuda or cuda:N)")
+    ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="the draft layers' attention kernel")
+    ap.add_argument("--projector", choices=["domino", "dflash"], default="domino",
+                    help="the drafter kind: with the Domino head, or the DFlash backbone alone")
     ap.add_argument("--autocast", choices=["bfloat16", "float16", "none"], default=None,
-                    help="default: bfloat16 on CUDA (as config/card.yaml), none on a CPU")
-    ap.add_argument("--pack-len", type=int, default=4096)
-    ap.add_argument("--anchors", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=3)
-    a = ap.parse_args(argv)
+                    help="autocast dtype (without it: bfloat16 on CUDA, as config/card.yaml, none on a CPU)")
+    ap.add_argument("--pack-len", type=int, default=4096, help="tokens in the one packed row (train.pack_len)")
+    ap.add_argument("--anchors", type=int, default=256, help="anchors drawn in the row (train.anchors_per_row)")
+    ap.add_argument("--steps", type=int, default=3, help="optimizer steps timed (the first one included)")
+    return ap
+
+
+def main(argv=None) -> None:
+    a = parser().parse_args(argv)
     autocast = a.autocast or ("bfloat16" if a.device.startswith("cuda") else "none")
     r = measure(a.device, a.attn, a.projector, None if autocast == "none" else autocast, a.pack_len, a.anchors,
                 a.steps)

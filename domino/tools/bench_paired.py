@@ -27,6 +27,7 @@ from pathlib import Path
 from ..bench import PLAIN, BenchmarkConfig, run_benchmark
 from ..config import load_config, trained_runs
 from ..io import write_json
+from . import tool_parser
 
 
 @contextlib.contextmanager
@@ -87,14 +88,19 @@ def compare(run: str, quiet: dict, loaded: dict) -> dict:
     return row
 
 
-def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(prog="python -m domino.tools.bench_paired", description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    ap = tool_parser("bench_paired", __doc__)
     ap.add_argument("--directory", default=".", help="the finished run's directory (snakemake --directory)")
     ap.add_argument("--configfile", nargs="+", default=[], help="the run's overlays, as given to snakemake")
-    ap.add_argument("--max-prompts", type=int, default=None, help="default: the config's benchmark.max_prompts")
+    ap.add_argument("--max-prompts", type=int, default=None,
+                    help="prompts to decode (without it: the config's benchmark.max_prompts)")
     ap.add_argument("--core", type=int, default=0, help="the core the competing process is pinned to")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> list[dict]:
+    a = parser().parse_args(argv)
     root = Path(__file__).resolve().parents[2]
     cfg = load_config([root / "config.yaml", *a.configfile])
     if a.max_prompts is not None:

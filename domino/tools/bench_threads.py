@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from . import tool_parser
+
 WORKLOADS = ("train", "decode")
 
 
@@ -89,15 +91,18 @@ def _measure(name: str, threads: int, policy: str, seconds: float) -> float:
     return json.loads(out.strip().splitlines()[-1])["seconds"]
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    ap = tool_parser("bench_threads", __doc__)
     ap.add_argument("--threads", type=int, default=2, help="torch threads of each workload (the config's `threads`)")
     ap.add_argument("--policies", nargs="+", default=["ACTIVE", "PASSIVE"], choices=["ACTIVE", "PASSIVE"],
                     help="OpenMP wait policies to compare")
     ap.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     ap.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
     if args.child:
         print(json.dumps({"seconds": _workload(args.child, args.threads, args.seconds)}))
         return

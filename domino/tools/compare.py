@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from . import tool_parser
+
 # JSON keys holding timings, and what derives from them (paired speedup intervals included)
 TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
 TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|vs DFlash noshift", re.I)
@@ -58,6 +60,10 @@ def compare_runs(a: str | Path, b: str | Path) -> list[str]:
 
 
 def _compare(a: Path, b: Path) -> RunComparison:
+    for run in (a, b):  # a missing run would read as one whose every file is missing
+        if not (run / "results").is_dir():
+            raise FileNotFoundError(f"{run} has no results/ folder (allowed: a workflow run directory, such as the "
+                                    "checkout after the default run or a --directory of snakemake)")
     diffs = []
     fa, fb = result_files(a), result_files(b)
     diffs += [f"{rel} only in A" for rel in sorted(set(fa) - set(fb))]
@@ -82,16 +88,20 @@ def _compare(a: Path, b: Path) -> RunComparison:
     return RunComparison(diffs, len(set(fa) | set(fb)))
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m domino.tools.compare", description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = tool_parser("compare", __doc__)
     p.add_argument("run_a", help="a workflow run directory (with results/ and reports/)")
     p.add_argument("run_b", help="another one")
+    return p
+
+
+def main(argv=None) -> None:
+    p = parser()
     a = p.parse_args(argv)
-    for run in (a.run_a, a.run_b):
-        if not (Path(run) / "results").is_dir():
-            raise SystemExit(f"{p.prog}: {run} has no results/ folder (allowed: a workflow run directory, "
-                             "such as the checkout after the default run or a --directory of snakemake)")
-    diffs, n = _compare(Path(a.run_a), Path(a.run_b))
+    try:
+        diffs, n = _compare(Path(a.run_a), Path(a.run_b))
+    except FileNotFoundError as err:
+        raise SystemExit(f"{p.prog}: {err}") from None
     for d in diffs:
         print(d)
     if diffs:

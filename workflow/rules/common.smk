@@ -1,10 +1,15 @@
+import atexit
 import json
 import os
+import re
 import sys
+import time
 from pathlib import Path
 
-from domino.config import ConfigError, trained_runs, validate_config, vllm_runs
-from domino.stages import STAGES, stage_config
+from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, trained_runs,
+                           validate_config, vllm_runs)
+from domino.__main__ import job_error_lines
+from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
 # Validate before any job is scheduled: a bad value stops here, naming the key.
 try:
@@ -36,8 +41,19 @@ VLLM_RUNS = vllm_runs(config)  # the plain verifier and the noshift DFlash check
 
 
 def stage_params(name):
-    """The job's declared config keys and values (domino/stages.py): editing one reruns the job."""
-    return lambda wc: stage_config(name, config, dict(wc.items()))
+    """A rule's config params (domino/stages.py): ``config``, the job's declared keys and values as
+    JSON for its command, and one recorded param per key, ``"train.lr=0.003"``, so that editing a
+    value reruns exactly the jobs that declared it and the dry run's reason names that key.
+    ``config`` is a function of the job's output, which Snakemake does not record (it would print
+    the whole JSON twice as the reason); the recorded params hold the same values."""
+    def recorded(key):
+        return lambda wildcards: recorded_values(name, config, dict(wildcards.items()))[key]
+
+    keys = recorded_keys(name, config)
+    names = [re.sub(r"\W", "_", key) for key in keys]
+    assert len(set(names)) == len(names), f"two config keys of stage {name} share a param name"
+    return {"config": lambda wildcards, output: stage_config(name, config, dict(wildcards.items())),
+            **{f"key_{n}": recorded(key) for n, key in zip(names, keys)}}
 
 
 _NAMESPACE = {"input": "input", "output": "output", "param": "params", "wildcard": "wildcards"}
@@ -66,16 +82,50 @@ def vllm_outputs(wc=None):
 
 
 # One run directory holds one configuration: config.yaml plus the overlays given with
-# --configfile. Another set of overlays is refused before any job writes, so that a card-scale
-# run never overwrites the default's results: give it a directory of its own (--directory).
+# --configfile. Other overlays are welcome when they only add jobs (domino.config.ADDITIVE: the
+# sampling, replicates and ablations overlays on a finished run) and refused, by a dry run as
+# well, when they would change a result that exists: a card-scale run never overwrites the
+# default's results. The check compares the whole configuration, recorded overlays against
+# these, before any job is planned.
 RUN_OVERLAYS = sorted(os.path.relpath(f, workflow.basedir) for f in workflow.overwrite_configfiles
                       if os.path.abspath(f) != os.path.join(workflow.basedir, "config.yaml"))
 RUN_MARKER = Path(".domino-run.json")  # the overlays of the run this directory holds
 
 
+def _refuse_changing_overlays():
+    recorded = json.loads(RUN_MARKER.read_text()) if RUN_MARKER.exists() else RUN_OVERLAYS
+    if recorded == RUN_OVERLAYS:
+        return
+    start_over = (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
+                  f"or delete results/ and {RUN_MARKER} to start over here")
+    try:
+        before = load_config([os.path.join(workflow.basedir, f) for f in ["config.yaml", *recorded]])
+    except ConfigError as err:
+        sys.exit(f"config error: this directory holds a run with the overlays {recorded}, which no longer "
+                 f"load ({err}); {start_over}")
+    changes = changes_to_results(before, config)
+    if changes:
+        shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
+        sys.exit(f"config error: this directory holds a run with the overlays {recorded}; the overlays "
+                 f"{RUN_OVERLAYS} would change its results ({shown}), and an overlay may only add jobs here "
+                 f"({ADDITIVE}): keep giving the overlays it was made with, or {start_over}")
+
+
+_refuse_changing_overlays()
+
+
 onstart:
-    if RUN_MARKER.exists() and json.loads(RUN_MARKER.read_text()) != RUN_OVERLAYS:
-        sys.exit(f"config error: this directory holds a run with the overlays {json.loads(RUN_MARKER.read_text())}, "
-                 f"not {RUN_OVERLAYS}; give this run a directory of its own (snakemake --directory runs/NAME ...), "
-                 f"or delete results/ and {RUN_MARKER} to start over here")
     RUN_MARKER.write_text(json.dumps(RUN_OVERLAYS))
+
+
+# When a run stops (a failed job, Ctrl-C), each stopped job's own line (domino/__main__.py: what
+# failed, or what an interruption kept and how to resume) is the last thing printed: after
+# Snakemake's error block, which repeats the job's whole command, and after its closing lines
+# (printed at exit, as Snakemake's last words come after this hook).
+STARTED = time.time()
+
+
+onerror:
+    lines = job_error_lines("logs", STARTED)
+    if lines:
+        atexit.register(print, "\n" + "\n".join(lines), file=sys.stderr, flush=True)

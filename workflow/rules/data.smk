@@ -6,7 +6,7 @@ rule prepare_data:
         val="results/prepare_data/val.jsonl",
         summary="results/prepare_data/summary.json",
     params:
-        config=stage_params("prepare_data"),
+        **stage_params("prepare_data"),
         tokenizer=TOKENIZER,
     log:
         "logs/prepare_data.log",
@@ -24,7 +24,7 @@ rule draft_vocab:
         vocab="results/draft_vocab/vocab.safetensors",
         summary="results/draft_vocab/vocab.json",
     params:
-        config=stage_params("draft_vocab"),
+        **stage_params("draft_vocab"),
         verifier=VERIFIER,
     log:
         "logs/draft_vocab.log",

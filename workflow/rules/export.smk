@@ -1,5 +1,6 @@
 rule export:
     input:
+        VERIFIER_INPUT,  # the export names it as its verifier (name_or_path)
         weights="results/train/{checkpoint}/checkpoint/model.safetensors",
         drafter_config="results/train/{checkpoint}/checkpoint/drafter_config.json",
     output:
@@ -7,7 +8,8 @@ rule export:
     wildcard_constraints:
         checkpoint="|".join(CHECKPOINTS),
     params:
-        config=stage_params("export"),
+        **stage_params("export"),
+        verifier=VERIFIER,
         checkpoint_dir=parent("weights", "input"),
     log:
         "logs/export/{checkpoint}.log",

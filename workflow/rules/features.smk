@@ -8,7 +8,7 @@ rule extract_hidden_states:
     wildcard_constraints:
         split="train|val",
     params:
-        config=stage_params("extract_hidden_states"),
+        **stage_params("extract_hidden_states"),
         verifier=VERIFIER,
     log:
         "logs/extract_hidden_states/{split}.log",

@@ -20,7 +20,7 @@ rule report:
         **{key: report(f"reports/{name}", caption=f"../report/{Path(name).stem}.rst", category="Plots")
            for key, name in PLOTS.items()},
     params:
-        config=stage_params("report"),
+        **stage_params("report"),
         results="results",
         stage_benchmarks="benchmarks",
     log:

@@ -19,7 +19,7 @@ rule sampling:
     wildcard_constraints:
         temperature="[0-9.]+",
     params:
-        config=stage_params("sampling"),
+        **stage_params("sampling"),
         verifier=VERIFIER,
         runs=CHECKPOINTS,
         checkpoint_dirs=parents("weights"),

@@ -17,7 +17,7 @@ rule train:
     wildcard_constraints:
         checkpoint="|".join(TRAINED),  # a seed replicate (domino-seed1) trains as its checkpoint, seed + r
     params:
-        config=stage_params("train"),
+        **stage_params("train"),
         verifier=VERIFIER,
         checkpoint_dir=parent("weights"),
         state_dir="results/train/{checkpoint}/state",  # resumable state: kept when a job is interrupted
@@ -38,7 +38,7 @@ rule validate:
     wildcard_constraints:
         checkpoint="|".join(CHECKPOINTS),
     params:
-        config=stage_params("validate"),
+        **stage_params("validate"),
         checkpoint_dir=parent("weights", "input"),
     log:
         "logs/validate/{checkpoint}.log",

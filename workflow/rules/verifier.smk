@@ -6,7 +6,7 @@ rule tokenizer:
     output:
         out=directory("results/verifier/tokenizer"),
     params:
-        config=stage_params("tokenizer"),
+        **stage_params("tokenizer"),
     log:
         "logs/tokenizer.log",
     benchmark:
@@ -22,7 +22,7 @@ rule verifier:
     output:
         out=directory("results/verifier/model"),
     params:
-        config=stage_params("verifier"),
+        **stage_params("verifier"),
     log:
         "logs/verifier.log",
     benchmark:

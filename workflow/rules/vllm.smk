@@ -11,7 +11,7 @@ rule vllm_benchmark_baseline:
     output:
         out="results/vllm_benchmark/baseline.json",
     params:
-        config=stage_params("vllm_benchmark_baseline"),
+        **stage_params("vllm_benchmark_baseline"),
         verifier=VERIFIER,
     log:
         "logs/vllm_benchmark/baseline.log",
@@ -32,7 +32,7 @@ rule vllm_benchmark:
     wildcard_constraints:
         run="|".join(VLLM_RUNS[1:]) or "no-dflash-checkpoint",
     params:
-        config=stage_params("vllm_benchmark"),
+        **stage_params("vllm_benchmark"),
         verifier=VERIFIER,
     log:
         "logs/vllm_benchmark/{run}.log",
