@@ -268,7 +268,6 @@ def card_info(cfg: dict, results: Path) -> dict:
     data = read_json(results / "prepare_data" / "summary.json", "prepare_data summary")
     drafter = read_json(results / "train" / "domino" / "checkpoint" / "drafter_config.json", "drafter config")
     protocol = read_json(results / "benchmark" / "baseline.json", "baseline benchmark")["protocol"]
-    t = cfg["train"]
     kind = verifier_kind(cfg["verifier"]["source"])
     names = [c for c in published.CHECKPOINTS if c in cfg["checkpoints"]]
 
