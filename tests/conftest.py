@@ -14,8 +14,8 @@ from domino.shapes import qwen3_config
 from domino.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-# the README's command for Snakemake's HTML report (run on a finished micro run by test_workflow)
-REPORT_COMMAND = "snakemake --cores 1 --report reports/report.html"
+# the README's command for Snakemake's HTML report of the card's jobs (run on the finished micro run)
+REPORT_COMMAND = "snakemake --cores 1 --report reports/report.html reports/model_card.md"
 # what a dry run of the embedded default plans: one job per stage, two extractions (train, val),
 # train and validate once per checkpoint of config.yaml (three), and one benchmark job for all
 DEFAULT_JOBS = {"tokenizer": 1, "prepare_data": 1, "verifier": 1, "draft_vocab": 1, "extract_hidden_states": 2,
@@ -112,6 +112,27 @@ def run_snakemake(cwd, *args, check=True, env=None):
     if check and out.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
     return out
+
+
+@pytest.fixture(scope="session")
+def micro_run(tmp_path_factory):
+    """The whole workflow on the micro config, once per test session (test_workflow.py, test_card.py
+    and test_docs.py read it); every stage records the config keys it read."""
+    repo = copy_repo(tmp_path_factory.mktemp("micro"))
+    run_snakemake(repo, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
+                  env={"DOMINO_CONFIG_READS": str(repo / "config-reads.jsonl")})
+    return repo
+
+
+@pytest.fixture(scope="session")
+def html_report(micro_run):
+    """The README's --report command, run as written on the finished micro run (with its config
+    files): (the report's path, Snakemake's output)."""
+    import shlex
+
+    args = shlex.split(REPORT_COMMAND)[3:]  # after "snakemake --cores 1"
+    out = run_snakemake(micro_run, *args, "--configfile", "config.yaml", "micro.yaml")
+    return micro_run / "reports" / "report.html", out
 
 
 def planned_jobs(out) -> dict:

@@ -10,7 +10,7 @@ import yaml
 from huggingface_hub import ModelCard
 
 from domino import stats
-from domino.card import filters, plots, published, render, scale
+from domino.card import claims, filters, plots, published, render, scale
 from domino.tools import compare
 from domino.bench import compare_checkpoints
 from domino.config import validate_config
@@ -68,6 +68,9 @@ CARD_INFO = {
     "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
     "scale": embedded_scale(), "license": "apache-2.0",
     "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
+    "row_differences": "the projector and how block slots map to target tokens",
+    "overrides": {"dflash-shift": "none", "dflash-noshift": "none", "domino": "none", "domino-cf0": "drafter.correct_from 0",
+                  "dflash-noshift-muon": "train.optimizer muon"},
 }
 PROVENANCE = {
     "git_commit": "0123abc", "config_sha256": "f" * 64, "packages": {"torch": "2.13.0", "transformers": "5.24.0"},
@@ -118,9 +121,11 @@ def printed_intervals(text):
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
+    """(folder, paths written, the card and its appendix as one text, the reproduction report)."""
     out = tmp_path_factory.mktemp("card")
     paths = render.render_card(FIXTURE, out, CARD_INFO, PROVENANCE)
-    return out, paths, (out / "model_card.md").read_text(), (out / "reproduction.md").read_text()
+    text = (out / "model_card.md").read_text() + "\n" + (out / "model_card_appendix.md").read_text()
+    return out, paths, text, (out / "reproduction.md").read_text()
 
 
 def test_seed_tables_present(rendered):
@@ -154,7 +159,7 @@ def test_model_and_training_tables(rendered):
     for row, key in zip(EXTRA_TRAINING_ROWS, ("optimizer", "noise", "attention_window", "block_attention",
                                               "loss_mask", "init")):
         assert training_rows[row] == CARD_INFO[key]
-    assert "The published card does not state its optimizer" in text
+    assert "settings the published card does not state say" in text
     assert training_rows["Base-anchored curriculum"] == "lambda_base 1.0 → 0, decay ratio 0.5"
     assert training_rows["Loss"] == "Position-weighted cross-entropy (gamma=7)"
 
@@ -250,7 +255,13 @@ def test_additions(rendered):
     for png in plots.PLOTS.values():
         assert f"]({png})" in text
     statement = CARD_INFO["scale"].sentence()
-    assert f"**Scale of this run.** {statement}" in text and f"**Scale.** {statement}" in repro
+    card, appendix = (out / "model_card.md").read_text(), (out / "model_card_appendix.md").read_text()
+    assert f"**Scale.** {statement}" in card and "](model_card_appendix.md#scale-of-this-run)" in card
+    # the settings side by side, written once: in the appendix; the reproduction report links to it
+    scale_rows = {r[0]: r for r in table(appendix, "| Setting | This run | Published card | Same |")}
+    assert [c.name for c in CARD_INFO["scale"].checks] == list(scale_rows)[:-1]
+    assert statement not in repro and "](model_card_appendix.md#scale-of-this-run)" in repro
+    assert "| Setting | This run |" not in repro
     assert "| Python | CPython 3.12.3 |" in text
     assert f"`{PROVENANCE['git_commit']}`" in text and PROVENANCE["config_sha256"] in text
     stages = {r[0]: r[1] for r in table(text, "| Stage | Wall time (s) |")}
@@ -294,7 +305,8 @@ def test_card_parses_as_hf_model_card(rendered):
     assert parsed.base_model is None and "base_model" not in text.split("\n---\n")[0]  # not a Hub verifier
     parsed = ModelCard(text)
     assert parsed.data.license == "apache-2.0"
-    assert parsed.data.library_name == "domino" and parsed.data.pipeline_tag == "text-generation"
+    assert parsed.data.library_name is None and "library_name" not in text  # no Hub library loads these weights
+    assert parsed.data.pipeline_tag == "text-generation"
     assert "speculative-decoding" in parsed.data.tags
     assert parsed.data.to_dict()["model-index"][0]["name"] == CARD_INFO["model_name"]
     values = {e.metric_name: e.metric_value for e in parsed.data.eval_results}
@@ -306,7 +318,8 @@ def test_card_parses_as_hf_model_card(rendered):
 
 def test_plots_written(rendered):
     out, paths, _, _ = rendered
-    assert set(paths) == {out / "model_card.md", out / "reproduction.md", *(out / p for p in plots.PLOTS.values())}
+    pages = [out / "model_card.md", out / "model_card_appendix.md", out / "reproduction.md"]
+    assert set(paths) == {*pages, *(p.with_suffix(".html") for p in pages), *(out / p for p in plots.PLOTS.values())}
     for name in plots.PLOTS.values():
         data = (out / name).read_bytes()
         assert len(data) > 1000 and data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -317,7 +330,7 @@ def test_dirty_commit_and_missing_stage_times(tmp_path):
     render.render_card(FIXTURE, tmp_path, CARD_INFO, {**PROVENANCE, "stage_seconds": {}, "git_commit": "0123abc+dirty"})
     text = (tmp_path / "model_card.md").read_text()
     assert "| Git commit | `0123abc+dirty` (the checkout had uncommitted changes) |" in text
-    assert "Stage wall times were not recorded for this run." in text
+    assert "Stage wall times were not recorded for this run." in (tmp_path / "model_card_appendix.md").read_text()
 
 
 def test_speed_explained(rendered):
@@ -437,15 +450,15 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     for run, vals in rows.items():
         (d / f"{run}.json").write_text(json.dumps(_vllm_result(run, *vals)))
     render.render_card(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
-    text = (tmp_path / "with" / "model_card.md").read_text()
-    assert "### Cross-check: served by vLLM 0.32.0" in text
+    text = (tmp_path / "with" / "model_card_appendix.md").read_text()
+    assert "## Cross-check: served by vLLM 0.32.0" in text
     assert "| DFlash noshift | 1.356 | 1.360 | 160.0 | 0.75× | 162 of 164 |" in text
     assert "| Plain greedy (verifier only) | 1.000 | 1.000 | 212.5 | 1.00× | 164 of 164 |" in text
-    table = text.split("### Cross-check")[1].split("\n## ")[0]
+    table = text.split("## Cross-check")[1].split("\n## ")[0]
     assert "| Domino |" not in table and "| DFlash shift |" not in table
     # without the option the section is absent, even with the files on disk
     render.render_card(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
-    assert "Cross-check" not in (tmp_path / "without" / "model_card.md").read_text()
+    assert "Cross-check" not in (tmp_path / "without" / "model_card_appendix.md").read_text()
     (d / "dflash-noshift.json").unlink()
     with pytest.raises(FileNotFoundError, match="dflash-noshift.json"):
         render.load_results(results_copy, vllm_runs=list(rows))
@@ -467,7 +480,7 @@ def test_every_printed_interval_contains_its_point(rendered, tmp_path):
     texts = [rendered[2]]
     ablation = render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
                                 changes=VARIANTS, temperatures=[0, 0.6])
-    texts.append(ablation[0].read_text())
+    texts.append(ablation[0].read_text() + ablation[1].read_text())  # the card and its appendix
     for text in texts:
         found = printed_intervals(text)
         assert len(found) > 60, len(found)  # not vacuous: every AL, TPS, speedup and position has one
@@ -567,7 +580,7 @@ def ablation_card(tmp_path_factory):
     out = tmp_path_factory.mktemp("ablation")
     render.render_card(FIXTURE, out, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
                      changes={**VARIANTS, "dflash-shift": "x", "dflash-noshift": "y"}, temperatures=[0, 0.6])
-    return (out / "model_card.md").read_text()
+    return (out / "model_card.md").read_text() + "\n" + (out / "model_card_appendix.md").read_text()
 
 
 ABLATION_HEADER = ("| Variant | What it changes vs Domino | Accept len | Accept len vs Domino | pos_0 | Speedup "
@@ -592,8 +605,9 @@ def test_ablation_table(ablation_card, rendered):
         check_num(row[6], 100 * next(x["final_acc"] for x in v["per_slot"] if x["target"] == "a+1"), 1, "%")
     # the seed tables keep the card's three rows; the training table lists every variant
     assert [r[0] for r in table(ablation_card, SEED_HEADERS[2])] == [LABELS[c] for c in CKPTS]
-    assert [r[0] for r in table(ablation_card, "| Checkpoint | Steps | Epochs | Training time (s) |")] == [
-        *(LABELS[c] for c in CKPTS), *VARIANTS]
+    training = table(ablation_card, "| Checkpoint | Steps | Epochs | Training time (s) | Own settings |")
+    assert [r[0] for r in training] == [*(LABELS[c] for c in CKPTS), *VARIANTS]
+    assert [r[4] for r in training] == [CARD_INFO["overrides"][c] for c in [*CKPTS, *VARIANTS]]
     text = rendered[2]  # only the card's three rows: no Ablations table, no sampling table
     assert "### Ablations" not in text and "### Speculative sampling" not in text
 
@@ -655,3 +669,123 @@ def test_a_drafter_without_a_fifth_draft_position_has_no_tail_figure():
 
     bench = {"summary": {"per_position_acceptance": [0.5, 0.2, 0.1, 0.05]}, "prompts": []}
     assert tail_estimate(bench, 4) is None
+
+
+# ---------------------------------------------------------------- the published claims
+
+
+def iv(value, low, high):
+    from domino.card.tables import Estimate
+    return Estimate(value, low, high)
+
+
+@pytest.mark.parametrize("published, measured, expected", [
+    (0.277, iv(0.298, 0.248, 0.356), claims.REPRODUCED),          # the published value inside, zero outside
+    (0.277, iv(0.60, 0.50, 0.70), claims.OTHER_SIZE),             # clearly positive, clearly larger
+    (0.277, iv(0.05, 0.02, 0.08), claims.OTHER_SIZE),             # clearly positive, clearly smaller
+    (0.178, iv(0.034, -0.026, 0.100), claims.SAME_NOT_SEPARATED),  # the run's TPS figure: reaches zero
+    (0.178, iv(-0.05, -0.30, 0.20), claims.OPPOSITE_NOT_SEPARATED),
+    (0.178, iv(0.0, -0.1, 0.1), claims.OPPOSITE_NOT_SEPARATED),   # an estimate of exactly zero has no side
+    (0.277, iv(-0.20, -0.30, -0.10), claims.CONTRADICTED),
+    (-0.10, iv(-0.12, -0.20, -0.05), claims.REPRODUCED),          # a published decrease
+    (-0.10, iv(0.12, 0.05, 0.20), claims.CONTRADICTED),
+    (8.7, None, claims.NO_FIGURE),
+    (0.277, iv(0.277, 0.277, 0.40), claims.REPRODUCED),           # bounds are inclusive
+    (0.277, iv(0.1, 0.0, 0.2), claims.SAME_NOT_SEPARATED),        # an interval touching zero reaches it
+])
+def test_verdict_hand_cases(published, measured, expected):
+    assert claims.verdict(published, measured) == expected
+
+
+def test_verdict_refuses_a_claim_without_direction():
+    with pytest.raises(ValueError, match="no direction"):
+        claims.verdict(0.0, iv(0.1, 0.0, 0.2))
+
+
+CLAIMS_HEADER = "| Claim | Published | This run (95% interval) | Verdict |"
+SHOWN = re.compile(r"([+-]?[\d.]+)(%|×) \[([+-]?[\d.]+)(?:%|×), ([+-]?[\d.]+)(?:%|×)\]")
+
+
+def check_claims(card: str, repro: str, benches: dict) -> list[str]:
+    """The claims table: one row per published claim, this run's paired figure as computed here from
+    the benchmark files, and a verdict that follows from the printed interval; the card's line
+    repeats each verdict. Returns the verdicts."""
+    rows = table(repro, CLAIMS_HEADER)
+    assert len(rows) == len(published.CLAIMS)
+    verdicts = []
+    for row, claim in zip(rows, published.CLAIMS):
+        assert row[1] == claim["stated"]
+        expected = claims.measure(claim["figure"], benches[claim["a"]], benches[claim["b"]])
+        if row[2] == "no figure":
+            assert expected is None and row[3] == claims.NO_FIGURE
+        else:
+            m = SHOWN.fullmatch(row[2])
+            assert m, row[2]
+            scale_, shift = (100.0, 0.0) if m[2] == "%" else (1.0, 1.0)  # a ratio prints as 1 + difference
+            printed = iv(*(float(m[i]) / scale_ - shift for i in (1, 3, 4)))
+            rounding = 0.0005 if m[2] == "%" else 0.005  # half the last printed digit
+            for got, want in zip(printed, expected):
+                assert got == pytest.approx(want, abs=rounding + 1e-9)
+            assert row[3] == claims.verdict(claim["published"], expected)
+            # the printed interval gives the same verdict, unless a bound sits within rounding of 0 or p
+            assert row[3] == claims.verdict(claim["published"], printed) or any(
+                abs(x - y) <= rounding for x in (printed.low, printed.high) for y in (0.0, claim["published"]))
+        assert row[3] in claims.VERDICTS
+        verdicts.append(row[3])
+    line = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
+    assert [v for v in re.findall(r"\*\*([^*]+)\*\*;", line)] == verdicts
+    assert "this run differs in scale (" in line and "in backend (" in line and "in hardware (" in line
+    return verdicts
+
+
+def test_claims_table_on_the_fixtures(rendered):
+    out, _, _, repro = rendered
+    benches = {c: fixture(f"benchmark/{c}.json") for c in CKPTS}
+    verdicts = check_claims((out / "model_card.md").read_text(), repro, benches)
+    assert verdicts[0] == claims.verdict(0.277, claims.measure("acceptance_length", benches["domino"],
+                                                                 benches["dflash-noshift"]))
+    assert repro.index("## Published claims") < repro.index("### Aggregate")  # at the top
+    assert "**not comparable**" in repro
+
+
+def test_claims_on_the_micro_run(micro_run):
+    """Each verdict of the finished micro run follows from its interval."""
+    reports = micro_run / "reports"
+    benches = {c: json.loads((micro_run / "results" / "benchmark" / f"{c}.json").read_text()) for c in CKPTS}
+    verdicts = check_claims((reports / "model_card.md").read_text(), (reports / "reproduction.md").read_text(),
+                            benches)
+    assert len(verdicts) == 3
+
+
+MAIN_CARD_LINES = 165  # front matter included: a card that fits on a Hub page without scrolling forever
+
+
+def test_main_card_is_pasteable(rendered):
+    out = rendered[0]
+    card = (out / "model_card.md").read_text()
+    lines = card.splitlines()
+    assert len(lines) <= MAIN_CARD_LINES, len(lines)
+    widest = max(len(h.strip("|").split("|")) for h, _ in tables(card))
+    assert widest < 8, widest  # the wide tables live in the appendix
+    assert len(re.findall(r"^!\[", card, re.M)) == 2  # two plots
+    for section in ("## Model Description", "### Aggregate", "### Speedup over plain greedy decoding",
+                    "### Per-position unconditional acceptance", "## Training", "## Provenance"):
+        assert section in lines, section
+    assert "](model_card_appendix.md)" in card
+    appendix = (out / "model_card_appendix.md").read_text()
+    for section in ("## Scale of this run", "## Where the time goes", "## Teacher-forced vs served",
+                    "## Domino conditional per-position", "| Package | Version |"):
+        assert section in appendix, section
+    assert "## Provenance" in appendix and "](model_card.md)" in appendix
+
+
+def test_html_pages_embed_their_plots(rendered):
+    out = rendered[0]
+    page = (out / "model_card.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page and "data:image/png;base64," in page
+    assert 'href="model_card_appendix.html#scale-of-this-run"' in page and ".png\"" not in page
+    assert "<summary>Front matter" in page and "\n---\n" not in page.split("</details>")[1]
+    appendix = (out / "model_card_appendix.html").read_text()
+    assert '<h2 id="scale-of-this-run">' in appendix
+    repro = (out / "reproduction.html").read_text()
+    assert '<h2 id="published-claims">' in repro and "<th>Verdict</th>" in repro

@@ -1,4 +1,4 @@
-"""domino.card.plots: the interval, the step counts behind conditional rates, fitted axes, one lambda line."""
+"""domino.card.plots: the interval, the step counts behind conditional rates, fitted axes, few-step rates, titles, loss panels."""
 
 import json
 from pathlib import Path
@@ -38,18 +38,67 @@ def test_axes_fit_the_data(res):
     assert plots.acceptance_plot(res, rows(res)).axes[0].get_ylim() == pytest.approx((0, 1.15 * top))
     ax, ax_steps = plots.conditional_plot(res, rows(res)).axes
     assert ax_steps.get_yscale() == "log" and ax_steps.get_ylabel() == "Steps behind the ratio"
-    greyed = [c for c in ax.containers if c.get_label() == f"fewer than {plots.MIN_STEPS} steps"]
-    assert len(greyed) == 1  # the fixture has rates resting on few steps
 
 
-def test_one_lambda_line_when_the_schedule_is_shared(res, tmp_path):
-    fig = plots.lambda_plot(res, rows(res))
-    assert len(fig.axes[0].get_lines()) == 1 and "shared by every checkpoint" in fig.axes[0].get_title()
-    longer = {**res, "metrics": {**res["metrics"], "domino": res["metrics"]["domino"] + [
-        {**res["metrics"]["domino"][-1], "step": 6}]}}
-    fig = plots.lambda_plot(longer, rows(res))
-    assert len(fig.axes[0].get_lines()) == 2
-    assert "2 lines because the checkpoints trained for different numbers of steps" in fig.axes[0].get_title()
+def test_few_step_rates_are_hollow_in_their_checkpoints_colour(res):
+    """A rate resting on fewer than MIN_STEPS steps keeps its checkpoint's colour, drawn hollow, and the
+    legend says what hollow means (the fixture has such rates)."""
+    card_rows = rows(res)
+    ax = plots.conditional_plot(res, card_rows).axes[0]
+    few = [c for c in ax.containers if "fewer than" in c.get_label()]
+    assert few, "the fixture has rates resting on few steps"
+    for c in few:
+        label = c.get_label().split(",")[0]
+        whole = next(x for x in ax.containers if x.get_label() == label)
+        marker = c.lines[0]
+        assert marker.get_markerfacecolor() == "none"
+        assert marker.get_color() == whole.lines[0].get_color()  # whose rate it is
+    assert plots.FEW_STEPS_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+    # the served rates of the teacher-forced plot: hollow, unjoined, where they rest on few steps
+    ax = plots.teacher_forced_plot(res, card_rows).axes[0]
+    few = [c for c in ax.containers if "fewer than" in c.get_label()]
+    assert few and all(c.lines[0].get_markerfacecolor() == "none" and c.lines[0].get_linestyle() == "None"
+                       for c in few)
+    for r in card_rows:
+        drawn = [c for c in ax.containers if c.get_label().startswith(f"{r['label']} served")]
+        n_drawn = sum(len(c.lines[0].get_xdata()) for c in drawn)
+        assert n_drawn == sum(p.served is not None for p in r["tf"].positions)
+        n_few = sum(len(c.lines[0].get_xdata()) for c in drawn if "fewer than" in c.get_label())
+        assert n_few == sum(p.served is not None and r["cond_steps"][p.position] < plots.MIN_STEPS
+                            for p in r["tf"].positions)
+
+
+def test_titles_fit_the_figure(res, tmp_path):
+    """No title line is wider than its figure."""
+    card_rows = rows(res)
+    for draw in (plots.acceptance_plot, plots.conditional_plot, plots.teacher_forced_plot, plots.loss_plot):
+        fig = draw(res, card_rows)
+        plots._save(fig, tmp_path / "x.png")  # lays the figure out
+        renderer = fig.canvas.get_renderer()
+        width = fig.get_window_extent(renderer).width
+        titles = [ax.title for ax in fig.axes] + ([fig._suptitle] if fig._suptitle else [])
+        for t in titles:
+            assert t.get_window_extent(renderer).width <= width, (draw.__name__, t.get_text())
+
+
+def test_loss_panels_draw_what_they_name(res):
+    """A DFlash panel draws one curve (no correction head) and says so; Domino's draws the total, both
+    branches and lambda on a right-hand axis, the curriculum the losses follow."""
+    card_rows = rows(res)
+    fig = plots.loss_plot(res, card_rows)
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    for r in card_rows:
+        ax = panels[r["label"]]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        if r["projector"] == "dflash":
+            assert len(ax.get_lines()) == 1 and labels == ["loss (one branch: no correction head)"]
+        else:
+            assert labels == ["loss", "base_loss", "final_loss", "lambda (right axis)"]
+    twins = [ax for ax in fig.axes if ax.get_ylabel() == "lambda: weight of the base loss"]
+    assert len(twins) == 1
+    lam = twins[0].get_lines()[0]
+    assert list(lam.get_ydata()) == [m["lambda"] for m in res["metrics"]["domino"]]
+    assert "lambda" not in plots.PLOTS  # no plot of its own
 
 
 def test_teacher_forced_vs_served_plot(res, tmp_path):

@@ -98,7 +98,7 @@ def replicate_results(tmp_path_factory):
 def replicate_card(replicate_results, tmp_path_factory):
     out = tmp_path_factory.mktemp("replicate_card")
     render.render_card(replicate_results, out, CARD_INFO, PROVENANCE, replicates=N)
-    return (out / "model_card.md").read_text()
+    return (out / "model_card_appendix.md").read_text()  # the section lives in the card's appendix
 
 
 def file_values(root, ckpt: str, key: str) -> list[float]:
@@ -108,7 +108,7 @@ def file_values(root, ckpt: str, key: str) -> list[float]:
 
 
 def test_section_table_matches_the_files(replicate_card, replicate_results):
-    assert "\n### Seed replicates\n" in replicate_card
+    assert "\n## Seed replicates\n" in replicate_card
     assert f"trained every checkpoint N = {N} times" in replicate_card
     assert "It is not a confidence interval" in replicate_card
     rows = {r[0]: r[1:] for r in table(replicate_card, REPLICATE_HEADER)}
@@ -132,7 +132,7 @@ def test_section_table_matches_the_files(replicate_card, replicate_results):
 def test_orderings_match_the_files(replicate_card, replicate_results):
     by_label = {LABELS[c]: c for c in CKPTS}
     words = {"acceptance length": "acceptance_length", "speedup": "speedup"}
-    section = replicate_card.split("### Seed replicates")[1].split("\n### ")[0]
+    section = replicate_card.split("## Seed replicates")[1].split("\n## ")[0]
     lines = [line for line in section.splitlines() if line.startswith("- ")]
     assert len(lines) == 2 * 3  # three pairs of the card's rows, two figures each
     every = 0
@@ -156,9 +156,10 @@ def test_single_replicate_card_is_unchanged(replicate_results, tmp_path):
     """N = 1 ignores the replicate files: the card equals the plain fixtures' card, with no section."""
     render.render_card(replicate_results, tmp_path / "one", CARD_INFO, PROVENANCE)
     render.render_card(FIXTURE, tmp_path / "plain", CARD_INFO, PROVENANCE)
-    text = (tmp_path / "one" / "model_card.md").read_text()
-    assert "Seed replicates" not in text and "replicate" not in text
-    assert text == (tmp_path / "plain" / "model_card.md").read_text()
+    for page in ("model_card.md", "model_card_appendix.md"):
+        text = (tmp_path / "one" / page).read_text()
+        assert "Seed replicates" not in text and "replicate" not in text
+        assert text == (tmp_path / "plain" / page).read_text()
 
 
 def test_missing_replicate_file_names_it(replicate_results, tmp_path):

@@ -166,7 +166,8 @@ def test_ablations_and_sampling_reach_the_card(tmp_path, results):
     assert "sampling/T0.6" in report.card_stages(cfg)
     assert not any(s.startswith("sampling/") for s in report.card_stages(load("config.yaml")))
     report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
-    text = (tmp_path / "reports" / "model_card.md").read_text()
+    card = (tmp_path / "reports" / "model_card.md").read_text()
+    text = card + (tmp_path / "reports" / "model_card_appendix.md").read_text()
     assert "| domino-cf0 | drafter.correct_from 0 |" in text
     assert "| dflash-noshift-muon | projector dflash, shift_label false, weighting classic, train.optimizer muon |" in text
     assert "| 0.6 | domino-cf0 |" in text and "| Optimizer | AdamW on every parameter" in text
@@ -176,3 +177,28 @@ def test_hub_datasets_used():
     assert report.hub_datasets_used(load("config.yaml")) == []
     assert report.hub_datasets_used(load("config.yaml", "config/card.yaml")) == [
         "Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"]
+
+
+def test_a_per_checkpoint_override_appears_in_its_row(tmp_path, results):
+    """checkpoints.domino.train.lr: the card's Training table, the checkpoint's own row, the "differ only
+    in" sentence and the scale table say so; the other rows keep the shared value."""
+    cfg = load("config.yaml")
+    cfg["checkpoints"]["domino"]["train"] = {"lr": 1.0e-3}
+    report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    card = (tmp_path / "reports" / "model_card.md").read_text()
+    appendix = (tmp_path / "reports" / "model_card_appendix.md").read_text()
+    shared = cfg["train"]["lr"]
+    assert f"| LR | {render.environment(render.TEMPLATES).filters['sci'](shared)} (Domino: 1e-3), linear schedule" in card
+    own = {line.split("|")[1].strip(): line.split("|")[5].strip() for line in card.splitlines()
+           if line.startswith("| ") and line.count("|") == 6 and "Steps" not in line}
+    assert own["Domino"] == "train.lr 0.001" and own["DFlash shift"] == own["DFlash noshift"] == "none"
+    sentence = " ".join(card.split("they differ only in ")[1].split(":\n")[0].split())
+    assert sentence == (f"the projector, how block slots map to target tokens and train.lr "
+                        f"(DFlash shift, DFlash noshift {shared:g}; Domino 0.001)")
+    scale_row = next(line for line in appendix.splitlines() if line.startswith("| learning rate and warmup |"))
+    assert f"Domino: lr 0.001, warmup_steps {cfg['train']['warmup_steps']}" in scale_row
+    assert f"DFlash shift, DFlash noshift: lr {shared:g}" in scale_row
+    # without the override: one value, no names
+    report.build_report(load("config.yaml"), results, tmp_path / "plain", repo=tmp_path)
+    plain = (tmp_path / "plain" / "model_card.md").read_text()
+    assert "(Domino:" not in plain and "they differ only in the projector and how block slots map" in plain

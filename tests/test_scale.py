@@ -13,6 +13,12 @@ def mismatched(s):
     return {c.name for c in s.mismatches}
 
 
+def row(s, name):
+    """(this run, the card) of the scale table's row ``name``."""
+    c = next(c for c in s.checks if c.name == name)
+    return c.ours, c.card
+
+
 def test_embedded_default_lists_every_deviation():
     s = statement(load("config.yaml"))
     assert s.verifier_kind == "embedded" and not s.comparable
@@ -20,16 +26,18 @@ def test_embedded_default_lists_every_deviation():
                              "learning rate and warmup", "drafter shape", "max new tokens", "verifier dtype"}
     text = s.sentence()
     assert "built and pretrained itself, not Qwen3-0.6B" in text
-    assert "sequence length 384 against the card's 4,096" in text
-    assert "not comparable with the published card" in text
+    assert row(s, "sequence length") == ("384", "4,096")
+    assert "9 of the 11 settings the published card states differ here (verifier, training data" in text
+    assert "its absolute figures are not comparable with the card's" in text
+    assert len(text) < 700  # the values live in the scale table, not in the sentence
 
 
 def test_card_yaml_as_shipped_matches_all_but_hardware():
     s = statement(load("config.yaml", "config/card.yaml"))
     assert s.verifier_kind == "hub" and s.comparable and s.mismatches == []
     text = s.sentence()
-    assert "so its figures are comparable with the published card's" in text
-    assert f"this run used NVIDIA H200, the published card {published.SETTINGS['hardware']}" in text
+    assert "so its figures are comparable with the card's" in text
+    assert f"(this run: NVIDIA H200; the card: {published.SETTINGS['hardware']}" in text
 
 
 def test_card_offline_names_random_weights_and_every_deviation(tmp_path):
@@ -39,8 +47,8 @@ def test_card_offline_names_random_weights_and_every_deviation(tmp_path):
     assert s.verifier_kind == "random" and not s.comparable
     assert mismatched(s) == {"verifier", "training data", "samples", "benchmark prompts"}
     text = s.sentence()
-    assert "a model with random weights" in text and "samples 500 against the card's 5,000" in text
-    assert "32 HumanEval prompts against the card's 164 HumanEval prompts" in text
+    assert "a model with random weights" in text and row(s, "samples") == ("500", "5,000")
+    assert row(s, "benchmark prompts") == ("32 HumanEval prompts", "164 HumanEval prompts")
     assert str(tmp_path) not in text
 
 
@@ -51,7 +59,7 @@ def test_recorded_values_override_the_config():
                                             "verifier_dtype": "bfloat16"})
     s = scale.scale_statement(cfg, settings, "NVIDIA H200")
     assert mismatched(s) == {"samples", "drafter shape"}
-    assert "drafter shape num_layers 2 against the card's num_layers 3" in s.sentence()
+    assert row(s, "drafter shape") == ("layers 2", "layers 3")
 
 
 def test_a_local_copy_is_not_taken_for_the_hub_weights(tmp_path):
@@ -66,3 +74,17 @@ def test_a_local_copy_is_not_taken_for_the_hub_weights(tmp_path):
                                          ("~/q3", "q3"), ("results/random_verifier", "results/random_verifier")])
 def test_public_name_drops_local_prefixes(name, shown):
     assert scale.public_name(name) == shown
+
+
+def test_a_per_checkpoint_override_is_given_row_by_row():
+    """A setting one card row overrides appears in the scale table with that row's value, and matches
+    the card only if every row's does."""
+    cfg = load("config.yaml", "config/card.yaml")
+    cfg["checkpoints"]["domino"]["train"] = {"lr": 1.0e-3}
+    rows = {published.LABELS[n]: scale.run_settings({**cfg, "train": {**cfg["train"], **(
+        cfg["checkpoints"][n].get("train") or {})}}) for n in published.CHECKPOINTS}
+    s = scale.scale_statement(cfg, scale.run_settings(cfg), "NVIDIA H200", rows)
+    assert mismatched(s) == {"learning rate and warmup"}
+    assert row(s, "learning rate and warmup") == (
+        "DFlash shift, DFlash noshift: lr 0.0006, warmup_steps 50; Domino: lr 0.001, warmup_steps 50",
+        "lr 0.0006, warmup_steps 50")

