@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from . import tool_parser
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
@@ -75,13 +77,17 @@ def screenshot(report: Path, out: Path, page: str = "model_card.html", browser: 
     return out
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m domino.tools.report_screenshot", description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = tool_parser("report_screenshot", __doc__)
     p.add_argument("report", type=Path, help="the report: snakemake --report reports/report.html")
-    p.add_argument("--page", default="model_card.html", help="the result to show, by file name (default %(default)s)")
+    p.add_argument("--page", default="model_card.html", help="the result to show, by file name")
     p.add_argument("--out", type=Path, help="the PNG to write (default: beside the report, named after the page)")
     p.add_argument("--browser", help="the Chromium executable (default: the first of %s on PATH)" % ", ".join(BROWSERS))
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    a = parser().parse_args(argv)
     if not a.report.is_file():
         raise SystemExit(f"report_screenshot: {a.report} does not exist; build it first "
                          "(snakemake --cores 1 --report reports/report.html reports/model_card.md)")
