@@ -315,7 +315,7 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     import vllm
 
     protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
-                    export=export_dir)
+                    **({"export": export_dir} if export_dir else {}))
     result = {"run": run, "protocol": protocol, "summary": summary, "prompts": records}
     write_json(out, result)
     logger.info("vLLM %s: %d tokens in %.1fs, %.1f tok/s, AL %.3f (ours %.3f), %d/%d continuations identical "

@@ -26,9 +26,12 @@ KINDS = {"dflash-shift": {"projector": "dflash", "shift_label": True},
 MAX_NEW = 24
 
 
-def serve_and_record(verifier_dir: str, export_dir: str, prompts: list, max_new: int, out: str) -> None:
-    """Serve ``export_dir`` through vLLM on ``prompts`` one at a time and write, per prompt, the
-    new tokens and every drafting step as (anchor position, anchor, drafts), with vLLM's counters."""
+def serve_and_record(verifier_dir: str, export_dirs: list, prompts: list, max_new: int, out: str) -> None:
+    """Serve each export through vLLM on ``prompts`` one at a time and write, per export and
+    prompt, the new tokens and every drafting step as (anchor position, anchor, drafts), with
+    vLLM's counters; an export vLLM refuses to load gets its error instead."""
+    import gc
+
     import vllm.v1.spec_decode.dflash as dflash
 
     from domino.vllm_backend import load_llm, served_drafts_per_step, vllm_generate
@@ -44,29 +47,40 @@ def serve_and_record(verifier_dir: str, export_dir: str, prompts: list, max_new:
 
     dflash.DFlashProposer.propose = propose
     plugin = os.environ.get("VLLM_PLUGINS") is None
-    llm = load_llm(verifier_dir, "float32", max_model_len=512, memory_fraction=0.1, speculative=export_dir,
-                   drafts_per_step=served_drafts_per_step(export_dir), plugin=plugin)
-    records = []
-    for p in prompts:
-        steps.clear()
-        res, counts = vllm_generate(llm, [p], max_new, speculative=True)
-        records.append({"tokens": res[0].new_token_ids, "steps": list(steps), "counts": counts})
-    hf = llm.llm_engine.vllm_config.speculative_config.draft_model_config.hf_config
-    Path(out).write_text(json.dumps({"records": records, "domino_config": getattr(hf, "domino_config", None),
-                                     "causal": hf.dflash_config.get("causal")}))
+    served = {}
+    for export_dir in export_dirs:
+        try:
+            llm = load_llm(verifier_dir, "float32", max_model_len=512, memory_fraction=0.1, speculative=export_dir,
+                           drafts_per_step=served_drafts_per_step(export_dir), plugin=plugin)
+        except Exception as err:  # the control: stock vLLM refusing an export
+            served[export_dir] = {"error": f"{type(err).__name__}: {err}"}
+            continue
+        records = []
+        for p in prompts:
+            steps.clear()
+            res, counts = vllm_generate(llm, [p], max_new, speculative=True)
+            records.append({"tokens": res[0].new_token_ids, "steps": list(steps), "counts": counts})
+        hf = llm.llm_engine.vllm_config.speculative_config.draft_model_config.hf_config
+        served[export_dir] = {"records": records, "domino_config": getattr(hf, "domino_config", None),
+                              "causal": hf.dflash_config.get("causal")}
+        del llm
+        gc.collect()
+    Path(out).write_text(json.dumps(served))
 
 
-def _serve(tmp_path, verifier_dir, export_dir, prompts, plugin=True) -> dict:
-    out = tmp_path / f"served-{Path(export_dir).name}-{plugin}.json"
+def _serve(tmp_path, verifier_dir, export_dirs, prompts, plugin=True) -> dict:
+    out = tmp_path / f"served-{plugin}.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), str(Path(__file__).parent)])}
     if not plugin:
         env["VLLM_PLUGINS"] = "none"  # vLLM loads only the general plugins named here
     code = ("import json, sys, test_vllm_plugin as t; "
-            "t.serve_and_record(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5])")
-    r = subprocess.run([sys.executable, "-c", code, str(verifier_dir), str(export_dir), json.dumps(prompts),
-                        str(MAX_NEW), str(out)], env=env, capture_output=True, text=True, timeout=600)
+            "t.serve_and_record(sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), "
+            "sys.argv[5])")
+    r = subprocess.run([sys.executable, "-c", code, str(verifier_dir), json.dumps([str(e) for e in export_dirs]),
+                        json.dumps(prompts), str(MAX_NEW), str(out)], env=env, capture_output=True, text=True,
+                       timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
-    return json.loads(out.read_text())
+    return {Path(k).name: v for k, v in json.loads(out.read_text()).items()}
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +114,29 @@ def setup(tmp_path_factory):
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 511, (int(n),), generator=g).tolist() for n in torch.randint(4, 40, (6,), generator=g)]
     return d, verifier, drafters, prompts
+
+
+@pytest.fixture(scope="module")
+def served(setup, tmp_path_factory):
+    """The three exports served with the plugin, in one vLLM process."""
+    d, _, _, prompts = setup
+    return _serve(tmp_path_factory.mktemp("served"), d / "verifier", [d / "export" / k for k in KINDS], prompts)
+
+
+@pytest.fixture(scope="module")
+def served_without_plugin(setup, tmp_path_factory):
+    """The control, in one vLLM process without the plugin: the shift export, the Domino
+    export, and the Domino export without its head (which stock vLLM can load)."""
+    from safetensors.torch import load_file, save_file
+
+    d, _, _, prompts = setup
+    headless = d / "export" / "domino-without-head"
+    headless.mkdir()
+    (headless / "config.json").write_text((d / "export" / "domino" / "config.json").read_text())
+    tensors = load_file(str(d / "export" / "domino" / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if not k.startswith("domino_head.")}, str(headless / "model.safetensors"))
+    return _serve(tmp_path_factory.mktemp("stock"), d / "verifier",
+                  [d / "export" / "dflash-shift", d / "export" / "domino", headless], prompts, plugin=False)
 
 
 def ours(verifier, drafter, prompts):
@@ -137,11 +174,11 @@ def _compare_steps(theirs: dict, our_steps: list, B: int) -> tuple[int, list]:
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_vllm_drafts_equal_drafter_draft(setup, tmp_path, kind):
-    d, verifier, drafters, prompts = setup
+def test_vllm_drafts_equal_drafter_draft(setup, served, kind):
+    _, verifier, drafters, prompts = setup
     drafter = drafters[kind]
     B = drafter.cfg.drafts_per_step
-    theirs = _serve(tmp_path, d / "verifier", d / "export" / kind, prompts)
+    theirs = served[kind]
     assert theirs["domino_config"]["projector"] == KINDS[kind]["projector"]
     assert theirs["causal"] is False  # the block is bidirectional, and vLLM reads it so
     out, our_steps = ours(verifier, drafter, prompts)
@@ -155,26 +192,16 @@ def test_vllm_drafts_equal_drafter_draft(setup, tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["domino", "dflash-shift"])
-def test_without_the_plugin_vllm_drafts_otherwise(setup, tmp_path, kind):
+def test_without_the_plugin_vllm_drafts_otherwise(setup, served_without_plugin, kind):
     """The control: stock vLLM serves a shifted export in its noshift layout, and refuses a
     Domino export (no module for ``domino_head.*``); that export without its head loads, as
     classic DFlash. Either way its drafts part from Drafter.draft's."""
-    import shutil
-
-    from safetensors.torch import load_file, save_file
-
-    d, verifier, drafters, prompts = setup
-    export = d / "export" / kind
+    _, verifier, drafters, prompts = setup
     if kind == "domino":
-        with pytest.raises(AssertionError, match="no module or parameter named 'domino_head'"):
-            _serve(tmp_path, d / "verifier", export, prompts[:1], plugin=False)
-        headless = tmp_path / "domino-without-head"
-        shutil.copytree(export, headless)
-        tensors = load_file(str(export / "model.safetensors"))
-        save_file({k: v for k, v in tensors.items() if not k.startswith("domino_head.")},
-                  str(headless / "model.safetensors"))
-        export = headless
-    theirs = _serve(tmp_path, d / "verifier", export, prompts, plugin=False)
+        assert "no module or parameter named 'domino_head'" in served_without_plugin["domino"]["error"]
+        theirs = served_without_plugin["domino-without-head"]
+    else:
+        theirs = served_without_plugin[kind]
     assert theirs["domino_config"] is None
     _, our_steps = ours(verifier, drafters[kind], prompts)
     same, differ = _compare_steps(theirs, our_steps, drafters[kind].cfg.drafts_per_step)
