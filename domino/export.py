@@ -19,9 +19,10 @@ when present). vLLM renames ``d2t``, skips ``t2d`` and reads ``draft_vocab_size`
 convention) from the config.
 
 Checked for the DFlash exports: speculators 0.9.0 loads every tensor under its name and its
-training forward gives our draft logits (``tests/test_export.py``, where speculators is
-installed); vLLM 0.32 serves the noshift one with the acceptance our loop measures
-(``tests/test_vllm_backend.py``). The Domino head has been checked against neither.
+training forward gives our draft logits (``tests/test_export.py``, in speculators' own
+environment). vLLM 0.32 serves all three exports, the Domino head included, through
+``domino.vllm_plugin`` with the drafts and the acceptance our loop has
+(``tests/test_vllm_plugin.py``, ``tests/test_vllm_backend.py``).
 
 Where the public format cannot say exactly what our model is:
 

@@ -16,7 +16,8 @@ Three uses, each beside the project's own transformers code rather than instead 
   draft-vocabulary rows of its ``lm_head`` itself.
 * ``vllm_generate`` without a speculative config: plain greedy through vLLM.
 * ``vllm_generate`` on an ``LLM`` built with ``speculative=<export dir>``: vLLM's own DFlash
-  loop on a checkpoint written by ``domino.export``. Acceptance comes from vLLM's counters
+  loop on a checkpoint written by ``domino.export``, any kind, as trained through
+  ``domino.vllm_plugin``. Acceptance comes from vLLM's counters
   (drafts, accepted tokens per position), read before and after each prompt.
 """
 

@@ -1,6 +1,7 @@
 """domino.vllm_plugin: vLLM's per-step drafts against Drafter.draft, for the three kinds of export.
 
-Runs in the vLLM environment only (``-m vllm``, docs/card-scale.md); each vLLM engine is built in
+The tests marked ``vllm`` run in the vLLM environment only (``-m vllm``, docs/card-scale.md),
+the version check everywhere. Each vLLM engine is built in
 a subprocess of its own (``serve_and_record``), so the plugin can be switched off for the control
 (``VLLM_PLUGINS`` names no plugin there).
 
@@ -18,7 +19,6 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.vllm
 
 KINDS = {"dflash-shift": {"projector": "dflash", "shift_label": True},
          "dflash-noshift": {"projector": "dflash", "shift_label": False},
@@ -173,6 +173,7 @@ def _compare_steps(theirs: dict, our_steps: list, B: int) -> tuple[int, list]:
     return same, differ
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_vllm_drafts_equal_drafter_draft(setup, served, kind):
     _, verifier, drafters, prompts = setup
@@ -191,6 +192,7 @@ def test_vllm_drafts_equal_drafter_draft(setup, served, kind):
     assert identical >= len(prompts) - 1
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("kind", ["domino", "dflash-shift"])
 def test_without_the_plugin_vllm_drafts_otherwise(setup, served_without_plugin, kind):
     """The control: stock vLLM serves a shifted export in its noshift layout, and refuses a
@@ -207,3 +209,17 @@ def test_without_the_plugin_vllm_drafts_otherwise(setup, served_without_plugin, 
     same, differ = _compare_steps(theirs, our_steps, drafters[kind].cfg.drafts_per_step)
     print(f"{kind} without the plugin: {same} steps with equal drafts, {len(differ)} differing")
     assert len(differ) > same
+
+
+@pytest.mark.parametrize("version", ["0.31.2", "0.33.0", "0.32.1"])
+def test_the_plugin_refuses_another_vllm(monkeypatch, version):
+    """The plugin patches vLLM 0.32.0's private classes: any other version is refused by name,
+    before anything is patched (a stand-in vllm module here)."""
+    import types
+
+    from domino import vllm_plugin
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version))
+    with pytest.raises(vllm_plugin.PluginError, match=f"needs vllm 0.32.0 .*found {version}"):
+        vllm_plugin.register()
+    vllm_plugin._check_version("0.32.0+cpu")  # a local build tag is the same version
