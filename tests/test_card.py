@@ -442,25 +442,33 @@ def test_verifier_behaviour_line(rendered):
 
 
 def _vllm_result(run, al, ours_al, tps, speedup, same):
-    return {"run": run, "protocol": {"backend": "vLLM 0.32.0"},
-            "summary": {"acceptance_length": al, "tps": tps, "speedup": speedup, "prompts": 164,
-                        "same_tokens_as_ours": same, "ours_acceptance_length": ours_al, "ours_tps": 500.0}}
+    summary = {"acceptance_length": al, "tps": tps, "speedup": speedup, "prompts": 164, "same_tokens_as_ours": same,
+               "ours_acceptance_length": ours_al, "ours_tps": 500.0, "tps_ratio_to_ours": tps / 500.0,
+               "tps_ratio_to_ours_ci": [tps / 520.0, tps / 480.0]}
+    if run != "baseline":
+        summary.update(speedup_ci=[speedup - 0.05, speedup + 0.05], same_counts_as_ours=same - 1,
+                       per_position_acceptance=[0.5, 0.25, 0.125, 0.0625, 0.03],
+                       ours_per_position_acceptance=[0.5, 0.25, 0.12, 0.06, 0.03])
+    return {"run": run, "protocol": {"backend": "vLLM 0.32.0"}, "summary": summary}
 
 
 def test_vllm_cross_check_table(results_copy, tmp_path):
-    """With vllm.benchmark the card gains one table: vLLM's numbers beside this loop's, DFlash only."""
+    """With vllm.benchmark the card gains one table: a row per served run, vLLM's numbers beside this loop's."""
     d = results_copy / "vllm_benchmark"
     d.mkdir()
-    rows = {"baseline": (1.0, 1.0, 212.5, 1.0, 164), "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162)}
+    rows = {"baseline": (1.0, 1.0, 212.5, 1.0, 164), "dflash-shift": (1.2, 1.21, 150.0, 0.7, 163),
+            "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162), "domino": (1.5, 1.5, 170.0, 0.8, 164)}
     for run, vals in rows.items():
         (d / f"{run}.json").write_text(json.dumps(_vllm_result(run, *vals)))
     render.render_card(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
     text = (tmp_path / "with" / "model_card_appendix.md").read_text()
     assert "## Cross-check: served by vLLM 0.32.0" in text
-    assert "| DFlash noshift | 1.356 | 1.360 | 160.0 | 0.75× | 162 of 164 |" in text
-    assert "| Plain greedy (verifier only) | 1.000 | 1.000 | 212.5 | 1.00× | 164 of 164 |" in text
+    assert ("| DFlash noshift | 1.356 | 1.360 | 0.50 / 0.25 / 0.12 / 0.06 | 0.50 / 0.25 / 0.12 / 0.06 | 160.0 | "
+            "0.75× [0.70×, 0.80×] | 0.32× [0.31×, 0.33×] | 162 of 164 | 161 of 164 |") in text
+    assert ("| Plain greedy (verifier only) | 1.000 | 1.000 | — / — / — / — | — / — / — / — | 212.5 | 1.00× [1.00×, 1.00×] "
+            "| 0.42× [0.41×, 0.44×] | 164 of 164 | — |") in text
     table = text.split("## Cross-check")[1].split("\n## ")[0]
-    assert "| Domino |" not in table and "| DFlash shift |" not in table
+    assert "| Domino | 1.500 | 1.500 |" in table and "| DFlash shift | 1.200 | 1.210 |" in table
     # without the option the section is absent, even with the files on disk
     render.render_card(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
     assert "Cross-check" not in (tmp_path / "without" / "model_card_appendix.md").read_text()

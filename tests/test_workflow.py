@@ -19,9 +19,8 @@ def test_dry_run_of_the_default(tmp_path):
 
 
 def test_dry_run_with_the_vllm_stages(tmp_path):
-    """vllm.benchmark adds the vLLM runs (plain + the noshift DFlash export: vLLM reads a shifted
-    export one slot off, and has no Domino head) and the extraction runs under the vLLM
-    interpreter; nothing else changes."""
+    """vllm.benchmark adds the vLLM runs (plain + every export, served through domino's vLLM
+    plugin) and the extraction runs under the vLLM interpreter; nothing else changes."""
     repo = copy_repo(tmp_path)
     fake = tmp_path / "vllm-env-python"
     (repo / "vllm.yaml").write_text(
@@ -29,13 +28,12 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
         f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n")
     out = run_snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
     jobs = planned_jobs(out)
-    assert jobs == {**DEFAULT_JOBS, "export": 1, "vllm_benchmark_baseline": 1, "vllm_benchmark": 1}, jobs
+    assert jobs == {**DEFAULT_JOBS, "export": 3, "vllm_benchmark_baseline": 1, "vllm_benchmark": 3}, jobs
     text = out.stdout + out.stderr
     assert text.count(f"{fake} -m domino extract_hidden_states") == 2
-    assert text.count(f"{fake} -m domino vllm_benchmark") == 2
-    assert "results/vllm_benchmark/dflash-noshift.json" in text
-    assert "results/vllm_benchmark/domino.json" not in text
-    assert "results/vllm_benchmark/dflash-shift.json" not in text
+    assert text.count(f"{fake} -m domino vllm_benchmark") == 4
+    for run in ("dflash-shift", "dflash-noshift", "domino"):
+        assert f"results/vllm_benchmark/{run}.json" in text
 
 
 @pytest.mark.parametrize("overlay,added", [

@@ -255,7 +255,9 @@ def _vllm_rows(vllm: dict) -> dict | None:
     """The vLLM cross-check table: each served run beside the project's own loop."""
     if not vllm:
         return None
-    rows = [{"label": LABELS.get(run, run), **b["summary"]} for run, b in vllm.items()]
+    from .tables import vllm_row
+
+    rows = [{"label": LABELS.get(run, run), **vllm_row(b["summary"])} for run, b in vllm.items()]
     return {"backend": vllm["baseline"]["protocol"]["backend"], "rows": rows}
 
 

@@ -279,3 +279,17 @@ def replicate_summary(benches: dict[str, dict], checkpoints: list[str], replicat
             fails = tuple(r for r in range(replicates) if not values[hi][m][r] > values[lo][m][r])
             orderings.append(Ordering(hi, lo, m, replicates, fails))
     return ReplicateSummary(replicates, rows, orderings)
+
+
+def vllm_row(summary: dict) -> dict:
+    """One row of the vLLM table: vLLM's figures (with the paired intervals where the run has
+    them) beside the project's loop on the same prompts."""
+    def est(key):
+        return estimate(summary, key) if f"{key}_ci" in summary else Estimate(summary[key], summary[key],
+                                                                                summary[key])
+    per_pos = summary.get("per_position_acceptance") or []
+    ours_pos = summary.get("ours_per_position_acceptance") or []
+    return {**summary, "speedup_est": est("speedup"),
+            "tps_ratio": est("tps_ratio_to_ours") if "tps_ratio_to_ours" in summary else None,
+            "pos": [per_pos[i] if i < len(per_pos) else None for i in range(4)],
+            "ours_pos": [ours_pos[i] if i < len(ours_pos) else None for i in range(4)]}

