@@ -1,0 +1,108 @@
+"""Decoding speed of this checkout against another commit: ``python -m domino.tools.bench_commits --run DIR --against REV``.
+
+Extracts the ``domino`` package of commit ``REV`` (``git archive``) into a temporary folder,
+imports it under another name beside this checkout's, and decodes the first ``--prompts``
+benchmark prompts of a finished run (``results/benchmark/baseline.json``) with both, on the
+same loaded verifier weights and the same checkpoints (``results/train/*/checkpoint``): plain
+greedy, and speculative with each checkpoint. Within a prompt the two versions' decodes run
+back to back in alternating order, so both see the same moments of the machine. For each
+decoder it prints this checkout's TPS over the other commit's, pooled over the prompts, with
+its 95% paired bootstrap interval (``domino.stats.paired_rate_ratio``), and whether the two
+versions' outputs were identical on every prompt.
+
+A measurement script, not a test: its figures depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..decode import NeuralDraft, decode
+from ..model import Drafter
+from ..stats import paired_rate_ratio
+from ..verifier import eos_ids, load_tokenizer, load_verifier
+from . import tool_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def import_commit(rev: str, into: Path):
+    """``domino`` as of ``rev``, imported as the package ``domino_<rev>`` from ``into``."""
+    name = "domino_" + "".join(c if c.isalnum() else "_" for c in rev)
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "domino"], capture_output=True)
+    if tar.returncode:
+        raise SystemExit(f"bench_commits: git archive {rev} failed: {tar.stderr.decode().strip()}")
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
+        t.extractall(into, filter="data")
+    (into / "domino").rename(into / name)
+    sys.path.insert(0, str(into))
+    return importlib.import_module(f"{name}.decode"), importlib.import_module(f"{name}.model")
+
+
+def parser():
+    p = tool_parser("bench_commits", __doc__)
+    p.add_argument("--run", required=True, help="a finished run's directory (the one holding results/)")
+    p.add_argument("--against", default="HEAD~1", help="the commit to compare with (any git revision)")
+    p.add_argument("--prompts", type=int, default=48, help="benchmark prompts to decode")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per decode")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    return p
+
+
+def main(argv=None) -> None:
+    a = parser().parse_args(argv)
+    results = Path(a.run) / "results"
+    verifier_dir = results / "verifier" / "model"
+    baseline = results / "benchmark" / "baseline.json"
+    checkpoints = sorted(p.parent for p in results.glob("train/*/checkpoint/drafter_config.json"))
+    if not (verifier_dir.is_dir() and baseline.is_file() and checkpoints):
+        raise SystemExit(f"bench_commits: {a.run} is not a finished embedded run (results/verifier/model, "
+                         "results/benchmark/baseline.json, results/train/*/checkpoint)")
+    torch.set_num_threads(a.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        other_decode, other_model = import_commit(a.against, Path(tmp))
+        verifier = load_verifier(str(verifier_dir))
+        stop = eos_ids(load_tokenizer(str(verifier_dir)), verifier.config)
+        prompts = [r["prompt_token_ids"] for r in json.loads(baseline.read_text())["prompts"][: a.prompts]]
+        runs = {"plain": (None, None)}
+        for c in checkpoints:
+            name = c.parent.name
+            runs[name] = (NeuralDraft(Drafter.load(c).eval()), other_decode.NeuralDraft(other_model.Drafter.load(c).eval()))
+        versions = {"this": decode, a.against: other_decode.decode}
+        print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} threads; this checkout against {a.against}")
+        print("| decoder | TPS this / other (95% interval) | identical outputs |")
+        print("|---|---|---|")
+        for run, (draft_this, draft_other) in runs.items():
+            drafts = {"this": draft_this, a.against: draft_other}
+            for v in versions:  # warm-up
+                versions[v](verifier, prompts[0], 12, stop, draft=drafts[v])
+            tok = {v: [] for v in versions}
+            sec = {v: [] for v in versions}
+            same = 0
+            for i, ids in enumerate(prompts):
+                order = list(versions) if i % 2 == 0 else list(versions)[::-1]
+                out = {}
+                for v in order:
+                    t0 = time.perf_counter()
+                    r = versions[v](verifier, ids, a.max_new_tokens, stop, draft=drafts[v])
+                    sec[v].append(time.perf_counter() - t0)
+                    tok[v].append(len(r.new_token_ids))
+                    out[v] = r.new_token_ids
+                same += out["this"] == out[a.against]
+            ratio = paired_rate_ratio(tok["this"], sec["this"], tok[a.against], sec[a.against])
+            print(f"| {run} | {ratio.estimate:.3f} [{ratio.low:.3f}, {ratio.high:.3f}] | {same} of {len(prompts)} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
