@@ -1,6 +1,7 @@
 """The Snakemake DAG: a dry run of the default, one real micro run, and what reruns after an edit."""
 
 import json
+import shlex
 from collections import Counter
 from pathlib import Path
 
