@@ -3,7 +3,7 @@
 RUN_A and RUN_B are workflow directories (each with ``results/`` and ``reports/``). Every file
 under ``results/`` must be byte-identical, except that JSON files are compared with their
 timing fields removed; in ``reports/model_card.md`` and its appendix every table cell must match except the
-columns that hold timings (TPS, speedup, step cost and time shares, wall and training time).
+columns that hold timings (TPS, speedup, step cost, its floor and time shares, wall and training time).
 Prints the paths that differ and how many; exits 1 on a difference.
 """
 
@@ -19,7 +19,7 @@ from . import tool_parser
 
 # JSON keys holding timings, and what derives from them (paired speedup intervals included)
 TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
-TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|vs DFlash noshift", re.I)
+TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|floor|vs DFlash noshift", re.I)
 CARD_FILES = ("reports/model_card.md", "reports/model_card_appendix.md")  # the card and its appendix
 
 
