@@ -94,7 +94,7 @@ def stage_cli_config(stage: str, overrides: dict | None = None, **wildcards) -> 
 
 
 def copy_repo(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml", "workflow", "config"):
+    for name in ("Snakefile", "config.yaml", "workflow", "config", "profiles"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
     shutil.copy(ROOT / "tests" / "micro.yaml", dst / "micro.yaml")
