@@ -17,8 +17,20 @@ class VerifierError(ValueError):
     """A verifier this project cannot draft for."""
 
 
+def check_files(path: str) -> None:
+    """A local verifier or tokenizer folder written by this workflow, checked against its
+    manifest (a hub id or a folder without one is not checked)."""
+    from pathlib import Path
+
+    from .io import check_manifest
+
+    if Path(path).is_dir():
+        check_manifest(path, "verifier" if Path(path).name != "tokenizer" else "tokenizer")
+
+
 def load_tokenizer(path: str):
     """The verifier's tokenizer, from the same hub id or directory."""
+    check_files(path)
     return AutoTokenizer.from_pretrained(path)
 
 
@@ -76,6 +88,7 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     """``AutoModelForCausalLM.from_pretrained`` after checking the config is Qwen3."""
     if dtype not in DTYPES:
         raise VerifierError(f"verifier dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    check_files(path)
     try:
         config = AutoConfig.from_pretrained(path)
     except OSError as err:

@@ -114,6 +114,25 @@ def run_snakemake(cwd, *args, check=True, env=None):
     return out
 
 
+MICRO = ("--configfile", "config.yaml", "micro.yaml")  # the micro run's overlays, as the tests pass them
+
+
+@pytest.fixture(scope="session")
+def micro_run(tmp_path_factory):
+    """The whole workflow on the micro config, run once per session; every stage records the
+    config keys it read. Tests that damage or rerun it work on a copy (``copy_run``)."""
+    repo = copy_repo(tmp_path_factory.mktemp("micro"))
+    run_snakemake(repo, "reports/model_card.md", *MICRO,
+                  env={"DOMINO_CONFIG_READS": str(repo / "config-reads.jsonl")})
+    return repo
+
+
+def copy_run(run: Path, dst: Path) -> Path:
+    """A finished run with its files' times and Snakemake's records (``.snakemake/``)."""
+    shutil.copytree(run, dst, symlinks=True)
+    return dst
+
+
 def planned_jobs(out) -> dict:
     """Job counts from a dry run's 'Job stats' table."""
     text = out.stdout + out.stderr

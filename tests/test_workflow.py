@@ -53,15 +53,6 @@ def test_dry_run_of_an_overlay(overlay, added, tmp_path):
         assert "results/benchmark/domino-seed2.json" in text and "results/validate/domino-seed1.json" not in text
 
 
-@pytest.fixture(scope="module")
-def micro_run(tmp_path_factory):
-    """The whole workflow on the micro config; every stage records the config keys it read."""
-    repo = copy_repo(tmp_path_factory.mktemp("micro"))
-    run_snakemake(repo, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
-                  env={"DOMINO_CONFIG_READS": str(repo / "config-reads.jsonl")})
-    return repo
-
-
 def test_micro_run_outputs(micro_run):
     r = micro_run / "results"
     base = json.loads((r / "benchmark" / "baseline.json").read_text())

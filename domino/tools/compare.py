@@ -15,14 +15,17 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from ..io import SEAL_KEY
+
 # JSON keys holding timings, and what derives from them (paired speedup intervals included)
 TIMING_KEY = re.compile(r"seconds|tps|speedup", re.I)
 TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|vs DFlash noshift", re.I)
 
 
 def strip_timing(obj):
+    """``obj`` without its timing fields (nor the seal of a sealed file, which covers them)."""
     if isinstance(obj, dict):
-        return {k: strip_timing(v) for k, v in obj.items() if not TIMING_KEY.search(k)}
+        return {k: strip_timing(v) for k, v in obj.items() if not TIMING_KEY.search(k) and k != SEAL_KEY}
     if isinstance(obj, list):
         return [strip_timing(v) for v in obj]
     return obj
