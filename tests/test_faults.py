@@ -381,3 +381,19 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
     write_json(tmp_path / "a.json", {"x": 1})
     assert not stale.exists() and live.exists()
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
+
+
+def test_a_job_left_incomplete_by_a_kill_reruns_with_the_same_command(micro_run, tmp_path):
+    """A job killed after writing some of its outputs leaves them marked incomplete; plain
+    Snakemake refuses to go on, the workflow's default profile (rerun-incomplete) reruns the job."""
+    import base64
+
+    from conftest import planned_jobs
+
+    run = copy_run(micro_run, tmp_path / "run")
+    key = base64.urlsafe_b64encode(b"results/train/domino/summary.json").decode()
+    (run / ".snakemake" / "incomplete" / key).touch()
+    plain = run_snakemake(run, "-n", "--workflow-profile", "none", "reports/model_card.md", *MICRO, check=False)
+    assert plain.returncode != 0 and "IncompleteFilesException" in plain.stdout + plain.stderr
+    planned = planned_jobs(run_snakemake(run, "-n", "reports/model_card.md", *MICRO))
+    assert planned.get("train") == 1 and planned.get("report") == 1, planned
