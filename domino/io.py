@@ -178,9 +178,21 @@ def save_safetensors(tensors: dict, path: str | Path, metadata: dict | None = No
     raw = save(tensors, metadata=metadata)
     n = int.from_bytes(raw[:8], "little")
     digest = hashlib.sha256(memoryview(raw)[8 + n:]).hexdigest()
-    raw = save(tensors, metadata={**(metadata or {}), "sha256": digest})  # the data section is unchanged
+    raw = _sorted_metadata(save(tensors, metadata={**(metadata or {}), "sha256": digest}))  # same data section
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(raw)
+
+
+def _sorted_metadata(raw: bytes) -> bytes:
+    """The file with its header's metadata in sorted key order: safetensors writes it in an
+    order that varies from process to process, and the workflow's files are byte-identical from
+    run to run. The header stays padded to 8 bytes; the data section is untouched."""
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + raw[8 + n:]
 
 
 def _safetensors_problem(raw: bytes) -> str | None:

@@ -397,3 +397,17 @@ def test_a_job_left_incomplete_by_a_kill_reruns_with_the_same_command(micro_run,
     assert plain.returncode != 0 and "IncompleteFilesException" in plain.stdout + plain.stderr
     planned = planned_jobs(run_snakemake(run, "-n", "reports/model_card.md", *MICRO))
     assert planned.get("train") == 1 and planned.get("report") == 1, planned
+
+
+def test_a_checked_safetensors_file_is_the_same_bytes_from_any_process(tmp_path):
+    """safetensors writes header metadata in an order that varies per process; the file with its
+    sha256 (and the export's "format") is written byte-identical all the same, and loads back."""
+    code = ("import sys, torch; from domino.io import save_safetensors, load_safetensors; "
+            "t = {'w': torch.arange(6.0).reshape(2, 3), 'ids': torch.tensor([3, 1])}; "
+            "save_safetensors(t, sys.argv[1], metadata={'format': 'pt', 'b': '1', 'a': '2'}); "
+            "assert all(torch.equal(load_safetensors(sys.argv[1], 'x')[k], v) for k, v in t.items())")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    files = [tmp_path / f"{i}.safetensors" for i in range(4)]
+    for f in files:
+        subprocess.run([sys.executable, "-c", code, str(f)], check=True, env=env)
+    assert len({f.read_bytes() for f in files}) == 1
