@@ -411,3 +411,21 @@ def test_a_checked_safetensors_file_is_the_same_bytes_from_any_process(tmp_path)
     for f in files:
         subprocess.run([sys.executable, "-c", code, str(f)], check=True, env=env)
     assert len({f.read_bytes() for f in files}) == 1
+
+
+def test_compare_takes_a_folders_manifest_timing_aside(tmp_path):
+    """The verifier's manifest holds the digest of its pretraining summary, whose seconds differ
+    from run to run: two runs are identical when only such digests differ, and not otherwise."""
+    from domino.io import MANIFEST
+    from domino.tools.compare import compare_runs
+
+    def run(name, summary_digest, weights_digest):
+        d = tmp_path / name / "results" / "verifier" / "model"
+        d.mkdir(parents=True)
+        (d / MANIFEST).write_text(json.dumps({"files": {"pretrain_summary.json": summary_digest,
+                                                        "model.safetensors": weights_digest}}))
+        return tmp_path / name
+
+    a, b, c = run("a", "1" * 64, "2" * 64), run("b", "3" * 64, "2" * 64), run("c", "1" * 64, "4" * 64)
+    assert compare_runs(a, b) == []
+    assert compare_runs(a, c) == [f"results/verifier/model/{MANIFEST} differs"]
