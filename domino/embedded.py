@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
-from .io import atomic_dir, write_json
+from .io import atomic_dir, write_json, write_manifest
 from .shapes import qwen3_config
 from .verifier import MASK_TOKEN, VerifierError
 
@@ -50,7 +50,9 @@ def train_tokenizer(texts, vocab_size: int, out_dir: str | Path):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.add_special_tokens({"additional_special_tokens": [MASK_TOKEN]})
     fast.chat_template = CHATML_TEMPLATE
-    fast.save_pretrained(str(out_dir))
+    with atomic_dir(out_dir) as tmp:
+        fast.save_pretrained(str(tmp))
+        write_manifest(tmp)  # every later stage checks the files against it (domino.verifier)
     return fast
 
 
@@ -118,4 +120,5 @@ def pretrain_embedded_verifier(rows, tokenizer, cfg: dict, out_dir: str | Path, 
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         write_json(tmp / "pretrain_summary.json", summary)
+        write_manifest(tmp)
     return summary

@@ -61,7 +61,7 @@ import torch
 
 from .common import DTYPES
 from .config import section_defaults
-from .io import atomic_path, read_json, write_json
+from .io import atomic_dir, load_safetensors, read_json, save_safetensors, write_json
 from .model import Drafter, DrafterConfig
 
 CONFIG_NAME = "config.json"
@@ -190,11 +190,10 @@ def export_speculators(checkpoint_dir: str | Path, out_dir: str | Path, verifier
     """Write ``out_dir/model.safetensors`` then ``out_dir/config.json`` from a ``Drafter.save`` dir.
 
     ``dtype`` (float32 | bfloat16 | float16) casts the floating-point weights; None keeps the
-    checkpoint's. ``d2t`` stays int64 and ``t2d`` bool. Both files are written atomically and
-    the config last, so a complete ``config.json`` means a complete export. Returns the config.
+    checkpoint's. ``d2t`` stays int64 and ``t2d`` bool. The folder is written under a temporary
+    name and renamed when both files are complete; the weights carry their sha256, which
+    ``load_speculators`` and ``check_export`` check. Returns the config.
     """
-    from safetensors.torch import save_file
-
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     for name in ("drafter_config.json", "model.safetensors"):
         if not (checkpoint_dir / name).exists():
@@ -217,11 +216,25 @@ def export_speculators(checkpoint_dir: str | Path, out_dir: str | Path, verifier
         tensors[to_speculators_name(name)] = t.contiguous()
     _check_shapes(cfg, tensors)
     config = speculators_config(cfg, verifier_name, target_dtype, verifier_architectures)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir / WEIGHTS_NAME) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-    write_json(out_dir / CONFIG_NAME, config)
+    with atomic_dir(out_dir) as tmp:  # the folder appears complete or not at all
+        save_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
+        write_json(tmp / CONFIG_NAME, config)
     return config
+
+
+def check_export(out_dir: str | Path) -> dict:
+    """An export's config and weights, checked intact (a damaged file is refused naming it);
+    returns the config."""
+    out_dir = Path(out_dir)
+    config = read_json(out_dir / CONFIG_NAME, "export config", hint=_export_hint(out_dir))
+    load_safetensors(out_dir / WEIGHTS_NAME, "exported weights", _export_hint(out_dir))
+    return config
+
+
+def _export_hint(out_dir: Path) -> str:
+    from .io import rebuild_hint
+
+    return rebuild_hint(out_dir)
 
 
 def _check_shapes(cfg: DrafterConfig, tensors: dict) -> None:
@@ -339,17 +352,15 @@ def load_speculators(out_dir: str | Path, verifier=None, attn_implementation: st
 
     ``verifier`` (a loaded causal LM) supplies ``embed_tokens`` when the export left it out.
     """
-    from safetensors.torch import load_file
-
     out_dir = Path(out_dir)
     cpath, wpath = out_dir / CONFIG_NAME, out_dir / WEIGHTS_NAME
     if not cpath.exists() or not wpath.exists():
         raise ExportError(f"{out_dir} is not a complete export (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    config = read_json(cpath, "export config")
+    config = read_json(cpath, "export config", hint=_export_hint(out_dir))
     cfg = drafter_config_from_speculators(config)
     if attn_implementation:
         cfg.attn_implementation = attn_implementation
-    tensors = load_file(str(wpath))
+    tensors = load_safetensors(wpath, "exported weights", _export_hint(out_dir))
     state = {from_speculators_name(k): v for k, v in tensors.items()}
     if "embed_tokens.weight" not in state:
         if verifier is None:

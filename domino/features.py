@@ -14,7 +14,9 @@ the inputs it was made from: the verifier's config and weights, the conversation
 ids, the draft vocabulary, the batch size and the dtype); a rerun skips shards whose sidecar
 matches both, so an interrupted extraction resumes at the first missing shard and a shard
 left over from other inputs is never reused.
-``index.json`` is written last and is what later stages (and Snakemake) take as done.
+``index.json`` is written last and is what later stages (and Snakemake) take as done; it is
+sealed with the sha256 of its content, and ``load_features`` refuses an altered index or shard
+in one line naming it and what to do.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from safetensors.torch import load, load_file, save_file
 from tqdm import tqdm
 
 from .common import DTYPES
-from .io import atomic_path, sha256_file, write_json
+from .io import atomic_path, read_json, sha256_file, write_json
 from .aux import AuxCapture
 
 logger = logging.getLogger(__name__)
@@ -102,7 +104,7 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     index = {"shards": shards, "aux_layer_ids": list(aux_layer_ids), "hidden_size": H, "dtype": dtype,
              "samples": len(rows), "tokens": n_tokens, "draft_vocab_size": int(len(draft_target_ids)),
              "backend": backend_name}
-    write_json(index_path, index)
+    write_json(index_path, index, seal=True)
     return index
 
 
@@ -165,24 +167,29 @@ def load_features(index_path: str | Path, verify: bool = True) -> dict:
     index_path = Path(index_path)
     if not index_path.exists():
         raise ShardError(f"{index_path} is missing: run extract_hidden_states first")
-    index = json.loads(index_path.read_text())
+    try:
+        index = read_json(index_path, "features index", sealed=True)
+    except ValueError as err:
+        raise ShardError(str(err)) from None
+    hint = (f"delete {index_path} and run the same command again (rule extract_hidden_states re-extracts "
+            "the shards that do not match their .sha256)")
     parts = []
     for sh in index["shards"]:
         path = index_path.parent / sh["file"]
         if not path.exists():
-            raise ShardError(f"feature shard {path} is missing")
+            raise ShardError(f"feature shard {path} is missing; {hint}")
         try:
             if verify:  # one read serves both the check and the tensors
                 data = path.read_bytes()
                 if hashlib.sha256(data).hexdigest() != sh["sha256"]:
-                    raise ShardError(f"feature shard {path} is corrupted (sha256 differs from {index_path.name})")
+                    raise ShardError(f"feature shard {path} is corrupted (sha256 differs from {index_path.name}); {hint}")
                 parts.append(load(data))
             else:
                 parts.append(load_file(str(path)))
         except ShardError:
             raise
         except Exception as err:  # safetensors raises several types on a damaged file
-            raise ShardError(f"feature shard {path} cannot be read: {err}") from None
+            raise ShardError(f"feature shard {path} cannot be read ({err}); {hint}") from None
     offsets, base = [], 0
     for p in parts:
         offsets.append(p["offsets"][:-1] + base)

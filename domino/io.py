@@ -1,12 +1,69 @@
-"""Atomic file output: every file is written under a temporary name and renamed when complete."""
+"""Atomic file output: every file is written under a temporary name and renamed when complete.
+
+And the checks that let a stage refuse a damaged input before any work that depends on it:
+JSON files sealed with the sha256 of their content (``write_json(..., seal=True)``), safetensors
+files carrying the sha256 of their tensors in their header (``save_safetensors``), folders with
+a manifest of their files' sha256 (``write_manifest``). A damaged file is refused with one line
+naming it and what to do (``DamagedFile``); a write that finds the disk full leaves nothing
+behind and says so in one line (``DiskFull``).
+"""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
+
+SEAL_KEY = "content_sha256"  # a sealed JSON file's digest of the rest of its content
+MANIFEST = "SHA256SUMS.json"  # a folder's files and their sha256, and the rule that writes it
+
+
+class DamagedFile(ValueError):
+    """An input that is truncated, altered or unreadable: one line naming it and what to do."""
+
+
+class DiskFull(RuntimeError):
+    """A write that found no space left on the device."""
+
+
+def rebuild_hint(path: str | Path) -> str:
+    """What to do about a damaged workflow file: delete it, rerun, and which rule rebuilds it
+    (the folder under ``results/`` is the rule's name; the tokenizer lies under the verifier's)."""
+    parts = Path(path).parts
+    if "results" in parts[:-1]:
+        i = parts.index("results")
+        rule = parts[i + 1]
+        if rule == "verifier" and len(parts) > i + 2 and parts[i + 2] == "tokenizer":
+            rule = "tokenizer"
+        return f"delete {path} and run the same command again (rule {rule} rebuilds it)"
+    return f"replace {path} with an intact copy"
+
+
+def _dead_writer_files(path: Path) -> list[Path]:
+    """``.tmp-PID-NAME`` siblings of ``path`` left by a writer that was killed."""
+    found = []
+    for p in path.parent.glob(f".tmp-*-{path.name}"):
+        m = re.match(r"\.tmp-(\d+)-", p.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            found.append(p)
+        except PermissionError:
+            pass
+    return found
+
+
+def _disk_full(err: OSError, path: Path):
+    if err.errno == errno.ENOSPC:
+        return DiskFull(f"no space left on the device while writing {path}; nothing of it was kept: "
+                        "free some space and run the same command again")
+    return None
 
 
 @contextmanager
@@ -18,6 +75,8 @@ def atomic_path(path: str | Path):
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in _dead_writer_files(path):
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         yield tmp
@@ -25,6 +84,11 @@ def atomic_path(path: str | Path):
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        full = _disk_full(err, path)
+        if full is None:
+            raise
+        raise full from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -38,12 +102,19 @@ def atomic_dir(path: str | Path):
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in _dead_writer_files(path):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         yield tmp
         shutil.rmtree(path, ignore_errors=True)
         os.replace(tmp, path)
+    except (OSError, DiskFull) as err:  # a file inside that found the disk full: name the folder
+        full = _disk_full(err, path) if isinstance(err, OSError) else _disk_full(OSError(errno.ENOSPC, ""), path)
+        if full is None:
+            raise
+        raise full from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -56,23 +127,141 @@ def write_jsonl(path: str | Path, rows, **dumps_kwargs) -> None:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        fh.write(text)
 
 
-def write_json(path: str | Path, obj) -> None:
+def _content_digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def write_json(path: str | Path, obj, seal: bool = False) -> None:
+    """JSON, written atomically; ``seal`` adds ``SEAL_KEY``, the sha256 of the rest, which
+    ``read_json`` checks."""
+    if seal:
+        obj = {**obj, SEAL_KEY: _content_digest(obj)}
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def read_json(path: str | Path, what: str = "results file"):
-    """Read JSON with an error that names the file when it is missing or malformed."""
+def read_json(path: str | Path, what: str = "results file", sealed: bool = False, hint: str | None = None):
+    """Read JSON with an error that names the file when it is missing, malformed or, for a
+    sealed file (``sealed``, or any file that carries ``SEAL_KEY``), altered; the seal is taken
+    off what is returned. ``hint`` says what to do (default: ``rebuild_hint``)."""
     path = Path(path)
+    hint = hint or rebuild_hint(path)
     if not path.exists():
         raise FileNotFoundError(f"{what} {path} is missing")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
+        obj = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DamagedFile(f"{what} {path} is not valid JSON (cut short or altered); {hint}") from None
+    if isinstance(obj, dict) and (sealed or SEAL_KEY in obj):
+        digest = obj.pop(SEAL_KEY, None)
+        if digest is None:
+            raise DamagedFile(f"{what} {path} lacks its {SEAL_KEY}; {hint}")
+        if digest != _content_digest(obj):
+            raise DamagedFile(f"{what} {path} is damaged (its content does not match its {SEAL_KEY}); {hint}")
+    elif sealed:
+        raise DamagedFile(f"{what} {path} is not a JSON object; {hint}")
+    return obj
+
+
+# -----------------------------------------------------------------------------
+# safetensors files that carry the sha256 of their tensors
+
+
+def save_safetensors(tensors: dict, path: str | Path, metadata: dict | None = None) -> None:
+    """``tensors`` as a safetensors file, atomically, with the sha256 of its data section in
+    its header's metadata (``sha256``) for ``load_safetensors`` to check."""
+    from safetensors.torch import save
+
+    raw = save(tensors, metadata=metadata)
+    n = int.from_bytes(raw[:8], "little")
+    digest = hashlib.sha256(memoryview(raw)[8 + n:]).hexdigest()
+    raw = _sorted_metadata(save(tensors, metadata={**(metadata or {}), "sha256": digest}))  # same data section
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(raw)
+
+
+def _sorted_metadata(raw: bytes) -> bytes:
+    """The file with its header's metadata in sorted key order: safetensors writes it in an
+    order that varies from process to process, and the workflow's files are byte-identical from
+    run to run. The header stays padded to 8 bytes; the data section is untouched."""
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + raw[8 + n:]
+
+
+def _safetensors_problem(raw: bytes) -> str | None:
+    if len(raw) < 8:
+        return "is truncated"
+    n = int.from_bytes(raw[:8], "little")
+    if 8 + n > len(raw):
+        return "is truncated (its header runs past the end)"
+    try:
+        header = json.loads(raw[8:8 + n])
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        digest = (header.get("__metadata__") or {}).get("sha256")
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return "has a damaged header"
+    if len(raw) < 8 + n + end:
+        return "is truncated"
+    if len(raw) > 8 + n + end:
+        return "has bytes past its last tensor"
+    if digest is None:
+        return "carries no sha256 of its tensors"
+    if hashlib.sha256(memoryview(raw)[8 + n:]).hexdigest() != digest:
+        return "is damaged (its tensors do not match the sha256 in its header)"
+    return None
+
+
+def load_safetensors(path: str | Path, what: str, hint: str | None = None) -> dict:
+    """The tensors of a file written by ``save_safetensors``, after checking its size and its
+    sha256; a damaged file raises ``DamagedFile`` naming it and what to do."""
+    from safetensors.torch import load
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {path} is missing")
+    raw = path.read_bytes()
+    problem = _safetensors_problem(raw)
+    if problem:
+        raise DamagedFile(f"{what} {path} {problem}; {hint or rebuild_hint(path)}")
+    return load(raw)
+
+
+# -----------------------------------------------------------------------------
+# folders with a manifest of their files
+
+
+def write_manifest(directory: str | Path) -> None:
+    """``MANIFEST`` in ``directory``: the sha256 of every file under it."""
+    directory = Path(directory)
+    files = {p.relative_to(directory).as_posix(): sha256_file(p) for p in sorted(directory.rglob("*"))
+             if p.is_file() and p.name != MANIFEST}
+    write_json(directory / MANIFEST, {"files": files})
+
+
+def check_manifest(directory: str | Path, what: str) -> None:
+    """Every file of ``directory``'s manifest present and intact (a folder without a manifest,
+    such as a hub download, is not checked); else ``DamagedFile`` naming the file."""
+    directory = Path(directory)
+    if not (directory / MANIFEST).exists():
+        return
+    hint = rebuild_hint(directory)
+    manifest = read_json(directory / MANIFEST, f"{what} manifest", hint=hint)
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise DamagedFile(f"{what} manifest {directory / MANIFEST} lists no files; {hint}")
+    for rel, digest in files.items():
+        p = directory / rel
+        if not p.is_file():
+            raise DamagedFile(f"{what} file {p} is missing; {hint}")
+        if sha256_file(p) != digest:
+            raise DamagedFile(f"{what} file {p} is damaged (its sha256 differs from {MANIFEST}); {hint}")
 
 
 def sha256_file(path: str | Path) -> str:

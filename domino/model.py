@@ -566,27 +566,24 @@ class Drafter(nn.Module):
 
     def save(self, directory: str | Path) -> None:
         """Write ``drafter_config.json`` and ``model.safetensors`` (frozen copies included)."""
-        from safetensors.torch import save_file
-
-        from .io import atomic_path
+        from .io import atomic_path, save_safetensors
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        with atomic_path(directory / "model.safetensors") as tmp:
-            save_file(state, str(tmp))
+        save_safetensors(state, directory / "model.safetensors")  # with the sha256 that load checks
         with atomic_path(directory / "drafter_config.json") as tmp:
             tmp.write_text(json.dumps(asdict(self.cfg), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, directory: str | Path, attn_implementation: str | None = None) -> "Drafter":
-        from safetensors.torch import load_file
+        from .io import load_safetensors, read_json
 
         directory = Path(directory)
-        fields = json.loads((directory / "drafter_config.json").read_text())
+        fields = read_json(directory / "drafter_config.json", "drafter config")
         if attn_implementation:
             fields["attn_implementation"] = attn_implementation
-        state = load_file(str(directory / "model.safetensors"))
+        state = load_safetensors(directory / "model.safetensors", "drafter checkpoint")
         model = cls(DrafterConfig(**fields)).to(state["fc.weight"].dtype)
         model.load_state_dict(state)
         return model

@@ -247,9 +247,10 @@ def tokenizer(cfg: StageConfig, out: str) -> None:
 def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary: str) -> None:
     from . import data as data_lib, verifier as verifier_lib
 
+    tok = verifier_lib.load_tokenizer(tokenizer)  # a damaged tokenizer is refused before the corpus is read
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
                                    cfg["data.hub_split"])
-    rows = data_lib.prepare_records(verifier_lib.load_tokenizer(tokenizer), records, cfg["data.seq_len"],
+    rows = data_lib.prepare_records(tok, records, cfg["data.seq_len"],
                                     cfg["data.val_fraction"], cfg["seed"], _template_kwargs(cfg))
     s = data_lib.write_prepared(rows, train, val, summary, corpus=cfg["data.corpus"], samples=len(records),
                                 seq_len=cfg["data.seq_len"])
@@ -274,8 +275,9 @@ def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary
 
     from . import data as data_lib, verifier as verifier_lib, vocab as vocab_lib
 
+    tokenizer = verifier_lib.load_tokenizer(verifier)  # checks the verifier's files first
     model_config = transformers.AutoConfig.from_pretrained(verifier)
-    always = verifier_lib.eos_ids(verifier_lib.load_tokenizer(verifier), model_config)
+    always = verifier_lib.eos_ids(tokenizer, model_config)
     s = vocab_lib.build_draft_vocab(data_lib.read_jsonl(train), model_config.vocab_size,
                                     cfg["drafter.draft_vocab_size"], always, vocab, summary)
     logger.info(f"draft vocab {s['draft_vocab_size']} of {s['target_vocab_size']}: "
@@ -409,6 +411,9 @@ def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str
                                  "ours": "input", "out": "output"})
 def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, baseline: str, ours: str,
                    out: str) -> None:
+    from .export import check_export
+
+    check_export(export)  # a damaged export is refused before vLLM starts
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
     run_vllm_benchmark(run, verifier, export, baseline, ours, out, **_served(cfg))

@@ -31,9 +31,19 @@ def check_local(path: str) -> None:
                             "the verifier rule has run, and a hub verifier an id like Qwen/Qwen3-0.6B")
 
 
+def check_files(path: str) -> None:
+    """A local verifier or tokenizer folder written by this workflow, checked against its
+    manifest (a hub id or a folder without one is not checked)."""
+    from .io import check_manifest
+
+    if Path(path).is_dir():
+        check_manifest(path, "verifier" if Path(path).name != "tokenizer" else "tokenizer")
+
+
 def load_tokenizer(path: str):
     """The verifier's tokenizer, from the same hub id or directory."""
     check_local(path)
+    check_files(path)
     return AutoTokenizer.from_pretrained(path)
 
 
@@ -94,6 +104,7 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     check_local(path)
     if Path(path).expanduser().is_dir() and not (Path(path).expanduser() / "config.json").exists():
         raise VerifierError(f"{str(path)!r} has no config.json (allowed: a save_pretrained directory)")
+    check_files(path)
     try:
         config = AutoConfig.from_pretrained(path)
     except OSError as err:

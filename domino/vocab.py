@@ -10,9 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
-
-from .io import atomic_path, write_json
+from .io import load_safetensors, save_safetensors, write_json
 
 
 def count_tokens(input_ids, loss_masks, target_vocab_size: int) -> torch.Tensor:
@@ -57,12 +55,11 @@ def target_ids(d2t: torch.Tensor) -> torch.Tensor:
 
 
 def save_vocab(path: str | Path, d2t: torch.Tensor, t2d: torch.Tensor, counts: torch.Tensor) -> None:
-    with atomic_path(path) as tmp:
-        save_file({"d2t": d2t.contiguous(), "t2d": t2d.contiguous(), "counts": counts.contiguous()}, str(tmp))
+    save_safetensors({"d2t": d2t.contiguous(), "t2d": t2d.contiguous(), "counts": counts.contiguous()}, path)
 
 
 def load_vocab(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
-    t = load_file(str(path))
+    t = load_safetensors(path, "draft vocabulary")
     return t["d2t"], t["t2d"]
 
 

@@ -94,7 +94,7 @@ def stage_cli_config(stage: str, overrides: dict | None = None, **wildcards) -> 
 
 
 def copy_repo(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml", "workflow", "config"):
+    for name in ("Snakefile", "config.yaml", "workflow", "config", "profiles"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
     shutil.copy(ROOT / "tests" / "micro.yaml", dst / "micro.yaml")
@@ -114,12 +114,15 @@ def run_snakemake(cwd, *args, check=True, env=None):
     return out
 
 
+MICRO = ("--configfile", "config.yaml", "micro.yaml")  # the micro run's overlays, as the tests pass them
+
+
 @pytest.fixture(scope="session")
 def micro_run(tmp_path_factory):
-    """The whole workflow on the micro config, once per test session (test_workflow.py, test_card.py
-    and test_docs.py read it); every stage records the config keys it read."""
+    """The whole workflow on the micro config, run once per session; every stage records the
+    config keys it read. Tests that damage or rerun it work on a copy (``copy_run``)."""
     repo = copy_repo(tmp_path_factory.mktemp("micro"))
-    run_snakemake(repo, "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
+    run_snakemake(repo, "reports/model_card.md", *MICRO,
                   env={"DOMINO_CONFIG_READS": str(repo / "config-reads.jsonl")})
     return repo
 
@@ -133,6 +136,12 @@ def html_report(micro_run):
     args = shlex.split(REPORT_COMMAND)[3:]  # after "snakemake --cores 1"
     out = run_snakemake(micro_run, *args, "--configfile", "config.yaml", "micro.yaml")
     return micro_run / "reports" / "report.html", out
+
+
+def copy_run(run: Path, dst: Path) -> Path:
+    """A finished run with its files' times and Snakemake's records (``.snakemake/``)."""
+    shutil.copytree(run, dst, symlinks=True)
+    return dst
 
 
 def planned_jobs(out) -> dict:

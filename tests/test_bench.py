@@ -153,7 +153,10 @@ def test_benchmark_files_of_one_job_end_to_end(saved_run, tmp_path, one_thread):
     verifier_dir, ckpt = map(str, saved_run)
     outs = _outs(tmp_path, ("domino", "again"))
     res = run_benchmark(CONFIG, verifier_dir, {"domino": ckpt, "again": ckpt}, outs)
-    assert {run: json.loads(Path(f).read_text()) for run, f in outs.items()} == res
+    from domino.io import SEAL_KEY, read_json
+
+    assert all(SEAL_KEY in json.loads(Path(f).read_text()) for f in outs.values())  # sealed: the card checks it
+    assert {run: read_json(f, sealed=True) for run, f in outs.items()} == res
     base, dom = res["baseline"], res["domino"]
     s = dom["summary"]
     assert s["matches_baseline"] is True and s["plain_matches_baseline_file"] is True

@@ -55,6 +55,8 @@ def check(obj, kind: str, path: Path | str):
 
 
 def _read(path: Path, kind: str) -> dict:
+    """A results file checked against its schema (and against its seal, when it carries one:
+    the benchmark's files do, ``domino.io.write_json``)."""
     return check(read_json(path), kind, path)
 
 

@@ -2,8 +2,10 @@
 
 RUN_A and RUN_B are workflow directories (each with ``results/`` and ``reports/``). Every file
 under ``results/`` must be byte-identical, except that JSON files are compared with their
-timing fields removed; in ``reports/model_card.md`` and its appendix every table cell must match except the
-columns that hold timings (TPS, speedup, step cost, its floor and time shares, wall and training time).
+timing fields removed (and a folder's ``SHA256SUMS.json`` without the digests of its JSON
+files, which are compared so); in ``reports/model_card.md`` and its appendix every table cell must
+match except the columns that hold timings (TPS, speedup, step cost, its floor and time shares,
+wall and training time).
 Prints the paths that differ and how many; exits 1 on a difference.
 """
 
@@ -15,6 +17,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from ..io import MANIFEST, SEAL_KEY
 from . import tool_parser
 
 # JSON keys holding timings, and what derives from them (paired speedup intervals included)
@@ -24,11 +27,18 @@ CARD_FILES = ("reports/model_card.md", "reports/model_card_appendix.md")  # the 
 
 
 def strip_timing(obj):
+    """``obj`` without its timing fields (nor the seal of a sealed file, which covers them)."""
     if isinstance(obj, dict):
-        return {k: strip_timing(v) for k, v in obj.items() if not TIMING_KEY.search(k)}
+        return {k: strip_timing(v) for k, v in obj.items() if not TIMING_KEY.search(k) and k != SEAL_KEY}
     if isinstance(obj, list):
         return [strip_timing(v) for v in obj]
     return obj
+
+
+def manifest_files(path: Path) -> dict:
+    """A folder's manifest without its JSON files, whose digests cover their timing fields."""
+    files = json.loads(path.read_text()).get("files", {})
+    return {k: v for k, v in files.items() if not k.endswith(".json")}
 
 
 def card_tables(text: str) -> list[list[str]]:
@@ -71,7 +81,9 @@ def _compare(a: Path, b: Path) -> RunComparison:
     diffs += [f"{rel} only in B" for rel in sorted(set(fb) - set(fa))]
     for rel in sorted(set(fa) & set(fb)):
         pa, pb = a / rel, b / rel
-        if rel.suffix == ".json":
+        if rel.name == MANIFEST:  # the JSON files it lists are compared on their own, timing aside
+            same = manifest_files(pa) == manifest_files(pb)
+        elif rel.suffix == ".json":
             same = strip_timing(json.loads(pa.read_text())) == strip_timing(json.loads(pb.read_text()))
         else:
             same = pa.read_bytes() == pb.read_bytes()

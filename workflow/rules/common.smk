@@ -114,7 +114,54 @@ def _refuse_changing_overlays():
 _refuse_changing_overlays()
 
 
+# Snakemake's lock (.snakemake/locks/) refuses a second run in a folder where one is running. A
+# Snakemake killed without warning (SIGKILL, a lost machine) leaves its lock behind, which would
+# refuse the documented rerun too; so each run records its process once it holds the lock, and a
+# later run removes a lock only when the process that took it is gone (its record is newer
+# than the lock files, and no process with that id and start time is alive).
+LOCK_OWNER = Path(".snakemake/domino-lock-owner.json")
+
+
+def _process_start(pid):
+    """The process's start time (Linux /proc), None where it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(owner):
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    start = _process_start(owner["pid"])
+    return start is None or start == owner.get("start")
+
+
+def _clear_stale_lock():
+    locks = [p for p in Path(".snakemake/locks").glob("*.lock")]
+    if not locks or not LOCK_OWNER.exists():
+        return
+    try:
+        owner = json.loads(LOCK_OWNER.read_text())
+    except ValueError:
+        return
+    if LOCK_OWNER.stat().st_mtime < max(p.stat().st_mtime for p in locks) or _alive(owner):
+        return  # the lock is a newer run's (which has not recorded itself yet), or its run is alive
+    for p in locks:
+        p.unlink(missing_ok=True)
+    print(f"removed the lock left by a Snakemake that was killed (pid {owner['pid']}); its incomplete "
+          "jobs run again", file=sys.stderr)
+
+
+_clear_stale_lock()
+
+
 onstart:
+    LOCK_OWNER.write_text(json.dumps({"pid": os.getpid(), "start": _process_start(os.getpid())}))
     RUN_MARKER.write_text(json.dumps(RUN_OVERLAYS))
 
 
