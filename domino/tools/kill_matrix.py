@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import tool_parser
 from .compare import compare_runs
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: Snakefile, config.yaml, workflow/
@@ -270,18 +271,23 @@ def run_matrix(overlays: list[str], kills_per_rule: int, seed: int, work: Path, 
     return trials, chosen
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m domino.tools.kill_matrix", description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = tool_parser("kill_matrix", __doc__)
     p.add_argument("--config", nargs="*", default=[], metavar="FILE",
                    help="overlays of config.yaml, as --configfile takes them (default: none, the embedded default)")
-    p.add_argument("--kills-per-rule", type=int, default=3)
+    p.add_argument("--kills-per-rule", type=int, default=3, help="kills of each rule, each at its own moment")
     p.add_argument("--seed", type=int, default=0, help="draws the job and the moment of each kill")
     p.add_argument("--rules", nargs="*", help="only these rules (default: every rule of the DAG)")
-    p.add_argument("--work", default="runs/kill-matrix", help="where the copies go (default: %(default)s)")
+    p.add_argument("--work", default="runs/kill-matrix", help="where the copies go")
     p.add_argument("--reference", help="a finished run directory of the same config to compare with")
     p.add_argument("--forcerun", action="store_true",
                    help="start each trial from a copy of the finished run with --forcerun RULE")
     p.add_argument("--keep", action="store_true", help="keep every trial's copy (default: only those that fail)")
+    return p
+
+
+def main(argv=None) -> None:
+    p = parser()
     a = p.parse_args(argv)
     if a.kills_per_rule < 1:
         raise SystemExit(f"{p.prog}: --kills-per-rule must be at least 1")
