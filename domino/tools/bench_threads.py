@@ -83,8 +83,18 @@ def _workload(name: str, threads: int, seconds: float) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def policy_env(policy: str) -> dict:
+    """The environment of one wait policy: ``ACTIVE`` or ``PASSIVE`` (``OMP_WAIT_POLICY``), or
+    ``SPIN=N``: libgomp's own policy with waiting threads spinning N times before they sleep
+    (``GOMP_SPINCOUNT``)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if policy.startswith("SPIN="):
+        return env | {"GOMP_SPINCOUNT": policy.split("=", 1)[1]}
+    return env | {"OMP_WAIT_POLICY": policy}
+
+
 def _measure(name: str, threads: int, policy: str, seconds: float) -> float:
-    env = {**os.environ, "OMP_WAIT_POLICY": policy}
+    env = policy_env(policy)
     cmd = [sys.executable, "-m", "domino.tools.bench_threads", "--child", name, "--threads", str(threads),
            "--seconds", str(seconds)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -94,8 +104,8 @@ def _measure(name: str, threads: int, policy: str, seconds: float) -> float:
 def parser() -> argparse.ArgumentParser:
     ap = tool_parser("bench_threads", __doc__)
     ap.add_argument("--threads", type=int, default=2, help="torch threads of each workload (the config's `threads`)")
-    ap.add_argument("--policies", nargs="+", default=["ACTIVE", "PASSIVE"], choices=["ACTIVE", "PASSIVE"],
-                    help="OpenMP wait policies to compare")
+    ap.add_argument("--policies", nargs="+", default=["ACTIVE", "PASSIVE", "SPIN=10000"],
+                    help="OpenMP wait policies to compare: ACTIVE, PASSIVE, or SPIN=N (GOMP_SPINCOUNT)")
     ap.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     ap.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
     return ap
