@@ -20,7 +20,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # entry points that only read and print: run exactly as documented
 AS_WRITTEN = ("python -m domino.config",)
 # the vLLM environment is optional: its lines are dry-run with a stand-in interpreter (vllm.python);
-# the SLURM executor plugin comes with the test extra
+# the SLURM executor plugin comes with the slurm extra, which the README's test line installs
 SLURM = "workflow/profiles/slurm"
 
 
@@ -83,7 +83,7 @@ def test_documented_command_runs(doc, cmd, repo, request):
         assert path.stat().st_size > 100_000 and "Missing metadata" not in out.stdout + out.stderr
         return
     if argv[0] == "snakemake":
-        if SLURM in cmd:  # the test extra installs the SLURM executor plugin, so its profile is checked
+        if SLURM in cmd:  # the README's test line installs the slurm extra, so its profile is checked
             import snakemake_executor_plugin_slurm  # noqa: F401
         args = argv[1:]
         if "--cores" in args:  # run_snakemake passes --cores 1 itself
