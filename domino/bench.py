@@ -25,9 +25,11 @@ from typing import Callable, NamedTuple
 
 import torch
 from tqdm import tqdm
+from transformers import DynamicCache
 
+from .aux import AuxCapture
 from .common import hardware
-from .decode import DecodeResult, GreedyRule, NeuralDraft, decode
+from .decode import DecodeResult, GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
 from .io import write_json
 from .model import Drafter
 from .sampling import SamplingRule, seeded_generator
@@ -430,10 +432,6 @@ def step_floor(verifier, draft: NeuralDraft, context_ids: list[int], repeats: in
     """``StepFloor`` after a context of ``context_ids``: the verifier's cache and the drafter's
     context cache are built once from them, the forwards run ``repeats`` times on those shapes
     (the verifier's cache cut back after each), nothing else inside the timing."""
-    from .aux import AuxCapture
-    from .decode import cache_kwarg, crop_cache
-    from transformers import DynamicCache
-
     dev = verifier.device
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     drafter, D = draft.drafter, draft.drafts_per_step

@@ -36,7 +36,8 @@ def hardware() -> str:
     """The accelerator's name, or the CPU with its core and thread counts."""
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    return f"CPU {platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+    threads = torch.get_num_threads()
+    return f"CPU {platform.machine()} ({os.cpu_count()} cores, {threads} torch thread{'s' if threads != 1 else ''})"
 
 
 def world_size() -> int:

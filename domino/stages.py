@@ -397,7 +397,7 @@ def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str,
                 top_p=cfg["benchmark.top_p"], tie_tolerance=0.0)
 
 
-_VLLM = ("verifier.dtype", "vllm.memory_fraction")
+_VLLM = ("device", "verifier.dtype", "vllm.memory_fraction")
 
 
 @stage("vllm_benchmark_baseline", _VLLM, {"verifier": "param", "ours": "input", "out": "output"})
@@ -408,20 +408,22 @@ def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str
 
 
 @stage("vllm_benchmark", _VLLM, {"run": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
-                                 "ours": "input", "out": "output"})
+                                 "ours": "input", "checkpoint_dir": "param", "out": "output"})
 def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, baseline: str, ours: str,
-                   out: str) -> None:
+                   checkpoint_dir: str, out: str) -> None:
     from .export import check_export
 
     check_export(export)  # a damaged export is refused before vLLM starts
     from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(run, verifier, export, baseline, ours, out, **_served(cfg))
+    run_vllm_benchmark(run, verifier, export, baseline, ours, out, checkpoint_dir=checkpoint_dir, **_served(cfg))
 
 
 def _served(cfg: StageConfig) -> dict:
-    """What a vLLM benchmark job gives the engine: the weights' dtype, the seed, its memory share."""
-    return {"dtype": cfg["verifier.dtype"], "seed": cfg["seed"], "memory_fraction": cfg["vllm.memory_fraction"]}
+    """What a vLLM benchmark job gives the engine and the loop beside it: the weights' dtype, the
+    seed, vLLM's memory share, the device of the project's loop."""
+    return {"dtype": cfg["verifier.dtype"], "seed": cfg["seed"], "memory_fraction": cfg["vllm.memory_fraction"],
+            "device": cfg["device"]}
 
 
 # The card prints the run's whole configuration and its hash: the report reads every top-level

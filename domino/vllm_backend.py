@@ -253,56 +253,94 @@ def served_drafts_per_step(export_dir: str | None) -> int:
 
 
 def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
-                       ours_path: str, out: str, *, dtype: str, seed: int, memory_fraction: float) -> dict:
-    """The same prompts served by vLLM: plain greedy (``run == "baseline"``) or vLLM's own DFlash
-    loop on an exported checkpoint, any kind, through ``domino.vllm_plugin``. Prompts, their token ids and ``max_new_tokens`` are read from
-    the project's own result for the same run (``ours_path``), so both loops see identical
-    inputs; the result records vLLM's acceptance and speed beside the project's.
+                       ours_path: str, out: str, *, dtype: str, seed: int, memory_fraction: float,
+                       checkpoint_dir: str | None = None, device: str = "cpu") -> dict:
+    """The same prompts served by vLLM and by the project's own loop, side by side in this
+    process: plain greedy (``run == "baseline"``) or vLLM's own DFlash loop on an exported
+    checkpoint, any kind, through ``domino.vllm_plugin``, beside ``domino.decode`` with the
+    checkpoint the export was written from (``checkpoint_dir``). Prompts, their token ids and
+    ``max_new_tokens`` are read from the project's own result for the same run (``ours_path``),
+    so both loops see identical inputs.
 
-    vLLM is not held to token-for-token equality with the project's baseline: its kernels round
-    differently, and a near-tie may flip a late token. The share of identical continuations is
-    recorded instead (``same_tokens_as_ours``), and the prompts whose vLLM counters (drafts,
-    accepted per position) equal our loop's steps counted as vLLM counts them
+    Speed: each prompt is decoded by both loops back to back, in the alternating order of
+    ``domino.bench.rotation``, so the ratio of vLLM's tokens per second to ours
+    (``tps_ratio_to_ours``, paired over prompts) rests on decodes of the same moments;
+    ``ours_tps`` is our loop's in this process. Acceptance and tokens are compared with the
+    benchmark stage's result: vLLM is not held to token-for-token equality, since its kernels
+    round differently and a near-tie may flip a late token. The share of identical
+    continuations is recorded (``same_tokens_as_ours``), and the prompts whose vLLM counters
+    (drafts, accepted per position) equal our loop's steps counted as vLLM counts them
     (``same_counts_as_ours``, ``counts_of_steps``).
 
     Greedy steps are counted as vLLM counts them (full blocks near the budget, accepted drafts
     counted before the cut at EOS or the budget, no zero-draft step: ``domino.decode``), so
     where the continuations are identical the acceptance figures can be equal exactly.
     """
+    from tqdm import tqdm
+
+    from .bench import rotation, timed
+    from .decode import NeuralDraft, decode
+    from .model import Drafter
+    from .verifier import load_verifier
+
     ours = read_json(ours_path, f"the project's {run} benchmark")
     prompts = ours["prompts"]
     max_new = ours["protocol"]["max_new_tokens"]
-    drafts_per_step = served_drafts_per_step(export_dir) if run != "baseline" else None
+    speculative = run != "baseline"
+    if speculative and not checkpoint_dir:
+        raise BenchmarkError(f"vLLM run {run!r}: the project's loop beside it needs the trained checkpoint")
+    drafts_per_step = served_drafts_per_step(export_dir) if speculative else None
     tok = load_tokenizer(verifier_path)
     vcfg = AutoConfig.from_pretrained(verifier_path)
     stop_ids = eos_ids(tok, vcfg)
     llm = load_llm(verifier_path, dtype, max_model_len=vcfg.max_position_embeddings, seed=seed,
-                   memory_fraction=memory_fraction, speculative=export_dir if run != "baseline" else None,
+                   memory_fraction=memory_fraction, speculative=export_dir if speculative else None,
                    drafts_per_step=drafts_per_step)
+    verifier = load_verifier(verifier_path, dtype, device)
+    draft = NeuralDraft(Drafter.load(checkpoint_dir).to(device, dtype=verifier.dtype).eval()) if speculative else None
+
+    def ours_decode(i: int, ids: list[int], n: int) -> DecodeResult:
+        return decode(verifier, ids, n, stop_ids, draft=draft)
+
     ids = [r["prompt_token_ids"] for r in prompts]
-    vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=run != "baseline")  # untimed warm-up
-    results, counts = vllm_generate(llm, ids, max_new, stop_ids, speculative=run != "baseline")
+    warm = min(max_new, (drafts_per_step or 0) + 3)  # one full block and its token, as the benchmark's warm-up
+    vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=speculative)  # untimed warm-ups
+    ours_decode(0, ids[0], warm)
+    results, mine, per_prompt = [], [], []
+    for i, prompt_ids in enumerate(tqdm(ids, desc=f"vLLM {run}", mininterval=5)):
+        for who in rotation(("ours", "vllm"), i):
+            if who == "ours":
+                mine.append(timed(ours_decode, i, prompt_ids, max_new))
+            else:
+                res, c = vllm_generate(llm, [prompt_ids], max_new, stop_ids, speculative=speculative)
+                results += res
+                per_prompt += c["per_prompt"]
     new_tokens = sum(len(r.new_token_ids) for r in results)
     seconds = sum(r.seconds for r in results)
     same = sum(r.new_token_ids == o["new_token_ids"] for r, o in zip(results, prompts))
+    ours_here_same = sum(m.new_token_ids == o["new_token_ids"] for m, o in zip(mine, prompts))
     tokens = [len(r.new_token_ids) for r in results]
-    # vLLM's speed over our loop's on the same prompts (ours: the same run's decodes)
-    to_ours = paired_rate_ratio(tokens, [r.seconds for r in results], [len(o["new_token_ids"]) for o in prompts],
-                                [o["seconds"] for o in prompts], RESAMPLES, seed)
+    to_ours = paired_rate_ratio(tokens, [r.seconds for r in results], [len(m.new_token_ids) for m in mine],
+                                [m.seconds for m in mine], RESAMPLES, seed)
     summary = {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
                "tps": tokens_per_second(new_tokens, seconds), "same_tokens_as_ours": same,
-               "ours_acceptance_length": ours["summary"]["acceptance_length"], "ours_tps": ours["summary"]["tps"],
+               "ours_acceptance_length": ours["summary"]["acceptance_length"],
+               "ours_tps": tokens_per_second(sum(len(m.new_token_ids) for m in mine), sum(m.seconds for m in mine)),
+               "ours_same_tokens_in_this_process": ours_here_same,
                "ours_per_position_acceptance": ours["summary"]["per_position_acceptance"],
                "tps_ratio_to_ours": to_ours.estimate, "tps_ratio_to_ours_ci": to_ours.bounds()}
     records = [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
-                "stop_reason": r.stop_reason} for r, o in zip(results, prompts)]
-    if run == "baseline":
+                "ours_seconds": m.seconds, "stop_reason": r.stop_reason}
+               for r, m, o in zip(results, mine, prompts)]
+    if not speculative:
         summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
                        drafts_per_step=0, steps=new_tokens, accepted=0, speedup=1.0)
     else:
-        summary.update(acceptance_from_counts(counts["drafts"], counts["accepted_per_position"], drafts_per_step))
+        drafts = sum(c["drafts"] for c in per_prompt)
+        per_pos = [sum(col) for col in zip(*[c["accepted_per_position"] for c in per_prompt])]
+        summary.update(acceptance_from_counts(drafts, per_pos, drafts_per_step))
         equal = 0
-        for rec, c, o in zip(records, counts["per_prompt"], prompts):
+        for rec, c, o in zip(records, per_prompt, prompts):
             rec.update(c)
             equal += c == counts_of_steps(o["accepted_per_step"], drafts_per_step)
         summary.update(drafts_per_step=drafts_per_step, same_counts_as_ours=equal)

@@ -1,6 +1,7 @@
 # Optional (vllm.benchmark: true): the benchmark prompts served by vLLM, as a cross-check of the
 # project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on every exported
-# checkpoint, as trained through domino.vllm_plugin. The prompts are read from
+# checkpoint, as trained through domino.vllm_plugin; each job decodes every prompt with the
+# project's loop too, alternately in one process, for the speed ratio. The prompts are read from
 # results/benchmark/{run}.json, so both loops decode the very same token ids.
 
 
@@ -27,6 +28,7 @@ rule vllm_benchmark:
         ours="results/benchmark/{run}.json",
         baseline="results/vllm_benchmark/baseline.json",
         export="results/export/{run}",
+        weights="results/train/{run}/checkpoint/model.safetensors",
     output:
         out="results/vllm_benchmark/{run}.json",
     wildcard_constraints:
@@ -34,6 +36,7 @@ rule vllm_benchmark:
     params:
         **stage_params("vllm_benchmark"),
         verifier=VERIFIER,
+        checkpoint_dir=parent("weights", "input"),
     log:
         "logs/vllm_benchmark/{run}.log",
     benchmark:
