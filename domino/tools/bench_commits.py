@@ -82,7 +82,7 @@ def main(argv=None) -> None:
             name = c.parent.name
             runs[name] = (NeuralDraft(Drafter.load(c).eval()), other_decode.NeuralDraft(other_model.Drafter.load(c).eval()))
         versions = {"this": decode, a.against: other_decode.decode}
-        print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} threads; this checkout against {a.against}")
+        print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} torch thread(s); this checkout against {a.against}")
         print("| decoder | TPS this / other (95% interval) | identical outputs |")
         print("|---|---|---|")
         for run, (draft_this, draft_other) in runs.items():
