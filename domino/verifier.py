@@ -10,6 +10,7 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from .attention import GROUPED_SDPA
 from .common import DTYPES
 
 MASK_TOKEN = "<|MASK|>"
@@ -110,7 +111,9 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     except OSError as err:
         raise VerifierError(f"cannot load the verifier from {path!r}: {err}") from None
     check_qwen3_like(config)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device).eval()
+    # transformers' SDPA, with grouped heads kept grouped under a mask on a CPU (domino.attention)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype],
+                                                 attn_implementation=GROUPED_SDPA).to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model

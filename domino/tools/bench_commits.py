@@ -3,8 +3,9 @@
 Extracts the ``domino`` package of commit ``REV`` (``git archive``) into a temporary folder,
 imports it under another name beside this checkout's, and decodes the first ``--prompts``
 benchmark prompts of a finished run (``results/benchmark/baseline.json``) with both, on the
-same loaded verifier weights and the same checkpoints (``results/train/*/checkpoint``): plain
-greedy, and speculative with each checkpoint. Within a prompt the two versions' decodes run
+same verifier weights, each version loading them with its own ``load_verifier`` (which picks
+the attention), and the same checkpoints (``results/train/*/checkpoint``): plain greedy, and
+speculative with each checkpoint. Within a prompt the two versions' decodes run
 back to back in alternating order, so both see the same moments of the machine. For each
 decoder it prints this checkout's TPS over the other commit's, pooled over the prompts, with
 its 95% paired bootstrap interval (``domino.stats.paired_rate_ratio``), and whether the two
@@ -46,7 +47,8 @@ def import_commit(rev: str, into: Path):
         t.extractall(into, filter="data")
     (into / "domino").rename(into / name)
     sys.path.insert(0, str(into))
-    return importlib.import_module(f"{name}.decode"), importlib.import_module(f"{name}.model")
+    return (importlib.import_module(f"{name}.decode"), importlib.import_module(f"{name}.model"),
+            importlib.import_module(f"{name}.verifier"))
 
 
 def parser():
@@ -70,8 +72,9 @@ def main(argv=None) -> None:
                          "results/benchmark/baseline.json, results/train/*/checkpoint)")
     torch.set_num_threads(a.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        other_decode, other_model = import_commit(a.against, Path(tmp))
-        verifier = load_verifier(str(verifier_dir))
+        other_decode, other_model, other_verifier = import_commit(a.against, Path(tmp))
+        verifiers = {"this": load_verifier(str(verifier_dir)), a.against: other_verifier.load_verifier(str(verifier_dir))}
+        verifier = verifiers["this"]
         stop = eos_ids(load_tokenizer(str(verifier_dir)), verifier.config)
         prompts = [r["prompt_token_ids"] for r in json.loads(baseline.read_text())["prompts"][: a.prompts]]
         runs = {"plain": (None, None)}
@@ -79,13 +82,13 @@ def main(argv=None) -> None:
             name = c.parent.name
             runs[name] = (NeuralDraft(Drafter.load(c).eval()), other_decode.NeuralDraft(other_model.Drafter.load(c).eval()))
         versions = {"this": decode, a.against: other_decode.decode}
-        print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} threads; this checkout against {a.against}")
+        print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} torch thread(s); this checkout against {a.against}")
         print("| decoder | TPS this / other (95% interval) | identical outputs |")
         print("|---|---|---|")
         for run, (draft_this, draft_other) in runs.items():
             drafts = {"this": draft_this, a.against: draft_other}
             for v in versions:  # warm-up
-                versions[v](verifier, prompts[0], 12, stop, draft=drafts[v])
+                versions[v](verifiers[v], prompts[0], 12, stop, draft=drafts[v])
             tok = {v: [] for v in versions}
             sec = {v: [] for v in versions}
             same = 0
@@ -94,7 +97,7 @@ def main(argv=None) -> None:
                 out = {}
                 for v in order:
                     t0 = time.perf_counter()
-                    r = versions[v](verifier, ids, a.max_new_tokens, stop, draft=drafts[v])
+                    r = versions[v](verifiers[v], ids, a.max_new_tokens, stop, draft=drafts[v])
                     sec[v].append(time.perf_counter() - t0)
                     tok[v].append(len(r.new_token_ids))
                     out[v] = r.new_token_ids
