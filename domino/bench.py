@@ -265,12 +265,11 @@ def rotation(names: tuple[str, ...], prompt_index: int) -> tuple[str, ...]:
     return names[k:] + names[:k]
 
 
-def untimed_tokens(loaded: Loaded, max_new_tokens: int) -> int:
+def untimed_tokens(drafts_per_step: int, max_new_tokens: int) -> int:
     """The warm-up's token budget: the prefill's token, one step of a full block of drafts and its
     token, and one more, so that the verifier runs its 1 + B-row verify shape and the drafter
     its full block before anything is timed (capped by the benchmark's own budget)."""
-    block = max((d.drafts_per_step for d in loaded.drafts.values()), default=0)
-    return max(1, min(max_new_tokens, block + 3))
+    return max(1, min(max_new_tokens, drafts_per_step + 3))
 
 
 def timed(run: Decode, i: int, ids: list[int], max_new_tokens: int) -> DecodeResult:
@@ -292,7 +291,7 @@ def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
     first, long enough for a step with a full block of drafts (``untimed_tokens``), so that
     allocator, kernel and thread-pool start-up land on no timed prompt."""
     runs = decoders(loaded, decoding)
-    warm = untimed_tokens(loaded, max_new_tokens)
+    warm = untimed_tokens(max((d.drafts_per_step for d in loaded.drafts.values()), default=0), max_new_tokens)
     for warm_up in runs.values():
         warm_up(0, encoded[0], warm)
     names, out = tuple(runs), []

@@ -61,7 +61,7 @@ import torch
 
 from .common import DTYPES
 from .config import section_defaults
-from .io import atomic_dir, load_safetensors, read_json, save_safetensors, write_json
+from .io import atomic_dir, load_safetensors, read_json, rebuild_hint, save_safetensors, write_json
 from .model import Drafter, DrafterConfig
 
 CONFIG_NAME = "config.json"
@@ -226,15 +226,10 @@ def check_export(out_dir: str | Path) -> dict:
     """An export's config and weights, checked intact (a damaged file is refused naming it);
     returns the config."""
     out_dir = Path(out_dir)
-    config = read_json(out_dir / CONFIG_NAME, "export config", hint=_export_hint(out_dir))
-    load_safetensors(out_dir / WEIGHTS_NAME, "exported weights", _export_hint(out_dir))
+    hint = rebuild_hint(out_dir)
+    config = read_json(out_dir / CONFIG_NAME, "export config", hint=hint)
+    load_safetensors(out_dir / WEIGHTS_NAME, "exported weights", hint)
     return config
-
-
-def _export_hint(out_dir: Path) -> str:
-    from .io import rebuild_hint
-
-    return rebuild_hint(out_dir)
 
 
 def _check_shapes(cfg: DrafterConfig, tensors: dict) -> None:
@@ -356,11 +351,12 @@ def load_speculators(out_dir: str | Path, verifier=None, attn_implementation: st
     cpath, wpath = out_dir / CONFIG_NAME, out_dir / WEIGHTS_NAME
     if not cpath.exists() or not wpath.exists():
         raise ExportError(f"{out_dir} is not a complete export (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    config = read_json(cpath, "export config", hint=_export_hint(out_dir))
+    hint = rebuild_hint(out_dir)
+    config = read_json(cpath, "export config", hint=hint)
     cfg = drafter_config_from_speculators(config)
     if attn_implementation:
         cfg.attn_implementation = attn_implementation
-    tensors = load_safetensors(wpath, "exported weights", _export_hint(out_dir))
+    tensors = load_safetensors(wpath, "exported weights", hint)
     state = {from_speculators_name(k): v for k, v in tensors.items()}
     if "embed_tokens.weight" not in state:
         if verifier is None:

@@ -59,11 +59,9 @@ def _dead_writer_files(path: Path) -> list[Path]:
     return found
 
 
-def _disk_full(err: OSError, path: Path):
-    if err.errno == errno.ENOSPC:
-        return DiskFull(f"no space left on the device while writing {path}; nothing of it was kept: "
-                        "free some space and run the same command again")
-    return None
+def _disk_full(path: Path) -> DiskFull:
+    return DiskFull(f"no space left on the device while writing {path}; nothing of it was kept: "
+                    "free some space and run the same command again")
 
 
 @contextmanager
@@ -85,10 +83,9 @@ def atomic_path(path: str | Path):
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        full = _disk_full(err, path)
-        if full is None:
+        if err.errno != errno.ENOSPC:
             raise
-        raise full from None
+        raise _disk_full(path) from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -110,11 +107,12 @@ def atomic_dir(path: str | Path):
         yield tmp
         shutil.rmtree(path, ignore_errors=True)
         os.replace(tmp, path)
-    except (OSError, DiskFull) as err:  # a file inside that found the disk full: name the folder
-        full = _disk_full(err, path) if isinstance(err, OSError) else _disk_full(OSError(errno.ENOSPC, ""), path)
-        if full is None:
+    except DiskFull:  # a file inside found the disk full: name the folder, which is not kept either
+        raise _disk_full(path) from None
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
             raise
-        raise full from None
+        raise _disk_full(path) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -177,22 +175,23 @@ def save_safetensors(tensors: dict, path: str | Path, metadata: dict | None = No
 
     raw = save(tensors, metadata=metadata)
     n = int.from_bytes(raw[:8], "little")
-    digest = hashlib.sha256(memoryview(raw)[8 + n:]).hexdigest()
-    raw = _sorted_metadata(save(tensors, metadata={**(metadata or {}), "sha256": digest}))  # same data section
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(raw)
-
-
-def _sorted_metadata(raw: bytes) -> bytes:
-    """The file with its header's metadata in sorted key order: safetensors writes it in an
-    order that varies from process to process, and the workflow's files are byte-identical from
-    run to run. The header stays padded to 8 bytes; the data section is untouched."""
-    n = int.from_bytes(raw[:8], "little")
+    data = memoryview(raw)[8 + n:]
     header = json.loads(raw[8:8 + n])
-    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    header.pop("__metadata__", None)
+    meta = {**(metadata or {}), "sha256": hashlib.sha256(data).hexdigest()}
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(_header_bytes({"__metadata__": dict(sorted(meta.items())), **header}))
+        fh.write(data)
+
+
+def _header_bytes(header: dict) -> bytes:
+    """A safetensors header, its length first and padded to 8 bytes. The tensors' offsets count
+    from the end of the header, so a new header leaves the data section as it was. The metadata
+    is written in sorted key order (safetensors' own order varies from process to process, and
+    the workflow's files are byte-identical from run to run)."""
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text + raw[8 + n:]
+    return len(text).to_bytes(8, "little") + text
 
 
 def _safetensors_problem(raw: bytes) -> str | None:

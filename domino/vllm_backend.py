@@ -30,16 +30,17 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig
+from tqdm import tqdm
 
-from .bench import BenchmarkError
+from .bench import BenchmarkError, rotation, timed, untimed_tokens
 from .common import hardware
-from .decode import DecodeResult
+from .decode import DecodeResult, NeuralDraft, decode
 from .features import shard_tensors
 from .io import read_json, write_json
 from .metrics import acceptance_from_counts, tokens_per_second
+from .model import Drafter
 from .stats import RESAMPLES, paired_rate_ratio, paired_speedup
-from .verifier import eos_ids, load_tokenizer
+from .verifier import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
 
@@ -276,13 +277,6 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     counted before the cut at EOS or the budget, no zero-draft step: ``domino.decode``), so
     where the continuations are identical the acceptance figures can be equal exactly.
     """
-    from tqdm import tqdm
-
-    from .bench import rotation, timed
-    from .decode import NeuralDraft, decode
-    from .model import Drafter
-    from .verifier import load_verifier
-
     ours = read_json(ours_path, f"the project's {run} benchmark")
     prompts = ours["prompts"]
     max_new = ours["protocol"]["max_new_tokens"]
@@ -290,22 +284,19 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     if speculative and not checkpoint_dir:
         raise BenchmarkError(f"vLLM run {run!r}: the project's loop beside it needs the trained checkpoint")
     drafts_per_step = served_drafts_per_step(export_dir) if speculative else None
-    tok = load_tokenizer(verifier_path)
-    vcfg = AutoConfig.from_pretrained(verifier_path)
-    stop_ids = eos_ids(tok, vcfg)
-    llm = load_llm(verifier_path, dtype, max_model_len=vcfg.max_position_embeddings, seed=seed,
+    verifier = load_verifier(verifier_path, dtype, device)
+    stop_ids = eos_ids(load_tokenizer(verifier_path), verifier.config)
+    llm = load_llm(verifier_path, dtype, max_model_len=verifier.config.max_position_embeddings, seed=seed,
                    memory_fraction=memory_fraction, speculative=export_dir if speculative else None,
                    drafts_per_step=drafts_per_step)
-    verifier = load_verifier(verifier_path, dtype, device)
     draft = NeuralDraft(Drafter.load(checkpoint_dir).to(device, dtype=verifier.dtype).eval()) if speculative else None
 
     def ours_decode(i: int, ids: list[int], n: int) -> DecodeResult:
         return decode(verifier, ids, n, stop_ids, draft=draft)
 
     ids = [r["prompt_token_ids"] for r in prompts]
-    warm = min(max_new, (drafts_per_step or 0) + 3)  # one full block and its token, as the benchmark's warm-up
     vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=speculative)  # untimed warm-ups
-    ours_decode(0, ids[0], warm)
+    ours_decode(0, ids[0], untimed_tokens(drafts_per_step or 0, max_new))
     results, mine, per_prompt = [], [], []
     for i, prompt_ids in enumerate(tqdm(ids, desc=f"vLLM {run}", mininterval=5)):
         for who in rotation(("ours", "vllm"), i):

@@ -23,11 +23,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
+from ..bench import rotation, timed
 from ..decode import NeuralDraft, decode
 from ..model import Drafter
 from ..stats import paired_rate_ratio
@@ -93,12 +93,11 @@ def main(argv=None) -> None:
             sec = {v: [] for v in versions}
             same = 0
             for i, ids in enumerate(prompts):
-                order = list(versions) if i % 2 == 0 else list(versions)[::-1]
                 out = {}
-                for v in order:
-                    t0 = time.perf_counter()
-                    r = versions[v](verifiers[v], ids, a.max_new_tokens, stop, draft=drafts[v])
-                    sec[v].append(time.perf_counter() - t0)
+                for v in rotation(tuple(versions), i):
+                    r = timed(lambda _, p, n: versions[v](verifiers[v], p, n, stop, draft=drafts[v]), i, ids,
+                              a.max_new_tokens)
+                    sec[v].append(r.seconds)
                     tok[v].append(len(r.new_token_ids))
                     out[v] = r.new_token_ids
                 same += out["this"] == out[a.against]

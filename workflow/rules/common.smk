@@ -142,7 +142,7 @@ def _alive(owner):
 
 
 def _clear_stale_lock():
-    locks = [p for p in Path(".snakemake/locks").glob("*.lock")]
+    locks = list(Path(".snakemake/locks").glob("*.lock"))
     if not locks or not LOCK_OWNER.exists():
         return
     try:
