@@ -326,13 +326,24 @@ class DominoHead(nn.Module):
         return torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
 
     @staticmethod
-    def gru_step(gi, gh, h):
-        """One step of the bias-free GRU: gi = W_ih x and gh = W_hh h, both (1, 3G) in PyTorch's
-        gate order (reset, update, new); h (1, G) -> the next state, as ``nn.GRU`` computes it."""
-        G = h.shape[-1]
-        r, u = torch.sigmoid(gi[:, :2 * G] + gh[:, :2 * G]).chunk(2, dim=1)
-        new = torch.tanh(torch.addcmul(gi[:, 2 * G:], r, gh[:, 2 * G:]))
+    def gru_step(gi_ru, gi_n, gh_ru, gh_n, h):
+        """One step of the bias-free GRU, its products split by gate as PyTorch orders them: gi_ru
+        and gh_ru (1, 2G) are the reset and update rows of ``W_ih x`` and ``W_hh h``, gi_n and
+        gh_n (1, G) their new-gate rows; h (1, G) -> the next state, as ``nn.GRU`` computes it."""
+        r, u = torch.sigmoid_(gi_ru + gh_ru).chunk(2, dim=1)
+        new = torch.tanh_(torch.addcmul(gi_n, r, gh_n))
         return torch.lerp(new, h, u)  # new + u * (h - new)
+
+    def state_weight(self) -> torch.Tensor:
+        """(G, r + 3G): ``[W1_s ; W_hh]^T``, so that one product of a GRU state s gives both
+        ``W1_s s`` and ``W_hh s`` (``draft_in_order``). Built once and rebuilt when ``W1`` or
+        ``W_hh`` change (an optimizer step, a load)."""
+        w1, w_hh = self.down.weight, self.gru.weight_hh_l0
+        key = tuple((t.data_ptr(), t._version, t.device, t.dtype) for t in (w1, w_hh))
+        if getattr(self, "_state_weight_key", None) != key:
+            self._state_weight = torch.cat([w1[:, w1.shape[1] - w_hh.shape[1]:], w_hh]).detach().t()  # a view
+            self._state_weight_key = key
+        return self._state_weight
 
     @torch.no_grad()
     def draft_in_order(self, z, base, corrected_from: int, anchor_emb, input_table, choose):
@@ -351,31 +362,34 @@ class DominoHead(nn.Module):
         small operations: the bottleneck's input splits as ``W1 [z ; s] = W1_z z + W1_s s``, and
         ``W1_z z`` does not depend on the drafts, so it is computed for every slot at once; the
         state's two products ``W1_s s`` (this slot's correction, ``W1_z z`` added in the same
-        call) and ``W_hh s`` (the next GRU step) come from one matrix product; a drafted token's
+        call) and ``W_hh s`` (the next GRU step) come from one matrix product (``state_weight``,
+        built once per head), split by gate in one call; a drafted token's
         ``W_ih e`` is looked up in a table built once per drafter; the GRU step is written out (``gru_step``)
         rather than run through ``torch.gru_cell``, which costs more than the rest of the slot
         at these sizes. The ids stay on the device; the caller reads them once per block.
         """
         n, H = z.shape
         G, r = self.gru.hidden_size, self.down.out_features
-        w_ih = self.gru.weight_ih_l0
+        parts = [r, 2 * G, G]  # a state's product: W1_s s | W_hh s, reset and update rows | W_hh s, new rows
         # one product per slot: [z_part ; 0] + s @ [W1_s ; W_hh]^T = [W1 [z ; s] ; W_hh s], (1, r + 3G)
-        w_state = torch.cat([self.down.weight[:, H:], self.gru.weight_hh_l0]).t()  # (G, r + 3G)
+        w_state = self.state_weight()  # (G, r + 3G)
         z_rows = F.pad(F.linear(z, self.down.weight[:, :H]), (0, 3 * G)).split(1)  # n x (1, r + 3G)
         w_up = self.up.weight.t()  # (r, Vd), a view
         base_rows = base.split(1)  # n x (1, Vd)
-        h = self.gru_step(F.linear(anchor_emb, w_ih), z.new_zeros(1, 3 * G), z.new_zeros(1, G))  # read the anchor
+        zeros = z.new_zeros(1, 3 * G)
+        h = self.gru_step(*F.linear(anchor_emb, self.gru.weight_ih_l0).split(parts[1:], 1),  # read the anchor
+                          *zeros.split(parts[1:], 1), zeros[:, :G])
         ids, rows = [], []
         for i in range(n):
-            both = torch.addmm(z_rows[i], h, w_state)  # (1, r + 3G)
+            bottleneck, gh_ru, gh_n = torch.addmm(z_rows[i], h, w_state).split(parts, 1)
             logits = base_rows[i]
             if i >= corrected_from:
-                logits = torch.addmm(logits, F.silu(both[:, :r]), w_up)
+                logits = torch.addmm(logits, F.silu(bottleneck), w_up)
             tok = choose(logits)  # (1,)
             ids.append(tok)
             rows.append(logits)
             if i + 1 < n:  # the next slot's state reads this draft
-                h = self.gru_step(F.embedding(tok, input_table), both[:, r:], h)
+                h = self.gru_step(*F.embedding(tok, input_table).split(parts[1:], 1), gh_ru, gh_n, h)
         return torch.cat(ids), torch.cat(rows)
 
 

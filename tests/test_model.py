@@ -250,3 +250,26 @@ def test_rope_frequencies_stay_float32_when_cast():
     d = d.to(torch.bfloat16)
     assert d.rotary_emb.inv_freq.dtype == torch.float32
     torch.testing.assert_close(d.rotary_emb.inv_freq, ref)
+
+
+def test_the_decoding_tables_follow_the_weights(verifier):
+    """The Domino head's products built once for decoding (the GRU input table, the state
+    matrix) are rebuilt after an in-place weight update, as an optimizer step makes: drafting
+    after the update gives what a drafter loaded with the updated weights gives."""
+    drafter = tiny_drafter(verifier, projector="domino", shift_label=True, correct_from=1)
+    ids, pos, doc, aux, a = _row_with_two_docs(verifier, drafter, 11)
+
+    def draft(model):
+        session = NeuralDraft(model)
+        session.reset(11)
+        session.add_context(aux[:, a - 11: a], 0)
+        return model.draft(int(ids[0, a]), 11, session.kv, return_logits=True)[1]
+
+    before = draft(drafter)
+    with torch.no_grad():
+        for w in (drafter.head.gru.weight_ih_l0, drafter.head.gru.weight_hh_l0, drafter.head.down.weight):
+            w.mul_(1.5)
+    after = draft(drafter)
+    fresh = _with(drafter)  # the updated weights in a new module: nothing cached
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, draft(fresh), rtol=0, atol=0)

@@ -32,7 +32,7 @@ from ..decode import NeuralDraft, decode
 from ..model import Drafter
 from ..stats import paired_rate_ratio
 from ..verifier import eos_ids, load_tokenizer, load_verifier
-from . import tool_parser
+from . import add_threads_argument, tool_parser, wait_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def parser():
     p.add_argument("--against", default="HEAD~1", help="the commit to compare with (any git revision)")
     p.add_argument("--prompts", type=int, default=48, help="benchmark prompts to decode")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per decode")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    add_threads_argument(p)
     return p
 
 
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
             name = c.parent.name
             runs[name] = (NeuralDraft(Drafter.load(c).eval()), other_decode.NeuralDraft(other_model.Drafter.load(c).eval()))
         versions = {"this": decode, a.against: other_decode.decode}
-        print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} torch thread(s); this checkout against {a.against}")
+        print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} torch thread(s), OpenMP wait policy {wait_policy()}; this checkout against {a.against}")
         print("| decoder | TPS this / other (95% interval) | identical outputs |")
         print("|---|---|---|")
         for run, (draft_this, draft_other) in runs.items():

@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache, Qwen3ForCausalLM
 
 from ..bench import divergence
-from . import tool_parser
+from . import add_threads_argument, tool_parser, wait_policy
 from ..common import DTYPES
 from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, decode
 from ..metrics import acceptance_summary
@@ -101,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=96, help="tokens each decode generates")
     ap.add_argument("--block-size", type=int, default=8, help="the random drafter's block size (a checkpoint "
                                                               "keeps its own)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    add_threads_argument(ap)
     ap.add_argument("--seed", type=int, default=0, help="seed of the prompts and of the random weights")
     ap.add_argument("--card-shapes", action="store_true", help="random verifier and drafter at the card's shapes")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -178,7 +178,7 @@ def print_report(a: argparse.Namespace, verifier, runs: Runs, block_fwd: float, 
     plain_tps = n_new / _sum(runs.plain, "seconds")
     plain_step = _sum(runs.plain, "seconds") / n_new
     cuda = verifier.device.type == "cuda"
-    where = torch.cuda.get_device_name(verifier.device) if cuda else f"CPU, {torch.get_num_threads()} threads"
+    where = torch.cuda.get_device_name(verifier.device) if cuda else f"CPU, {torch.get_num_threads()} threads, OpenMP wait policy {wait_policy()}"
     print(f"verifier: {sum(p.numel() for p in verifier.parameters()) / 1e6:.1f}M parameters, {a.dtype}, {where}; "
           f"{a.prompts} prompts x {a.prompt_len} tokens, {a.max_new_tokens} new tokens, {D} drafts per step")
     print(f"plain greedy          : {plain_tps:8.1f} tok/s   ({plain_step * 1e3:.2f} ms per token)")

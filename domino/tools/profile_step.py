@@ -35,7 +35,7 @@ from ..common import hardware
 from ..decode import NeuralDraft, decode
 from ..model import Drafter
 from ..verifier import eos_ids, load_tokenizer, load_verifier
-from . import tool_parser
+from . import add_threads_argument, tool_parser, wait_policy
 
 PARTS = ("drafter forward", "correction loop", "context update", "verify forward", "bookkeeping")
 
@@ -135,7 +135,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--run", required=True, help="a finished run's directory (the one holding results/)")
     ap.add_argument("--prompts", type=int, default=32, help="benchmark prompts to decode")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="tokens per decode")
-    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    add_threads_argument(ap)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     return ap
 
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
     drafts = {c.parent.parent.name: NeuralDraft(Drafter.load(c.parent).to(args.device, verifier.dtype).eval())
               for c in checkpoints}
     prof = profile(verifier, drafts, prompts, args.max_new_tokens, stop)
-    print_profile(prof, f"{hardware()}; {len(prompts)} prompts x {args.max_new_tokens} new tokens, run {args.run}")
+    print_profile(prof, f"{hardware()}, OpenMP wait policy {wait_policy()}; {len(prompts)} prompts x {args.max_new_tokens} new tokens, run {args.run}")
 
 
 if __name__ == "__main__":
