@@ -363,10 +363,10 @@ class DominoHead(nn.Module):
         ``W1_z z`` does not depend on the drafts, so it is computed for every slot at once; the
         state's two products ``W1_s s`` (this slot's correction, ``W1_z z`` added in the same
         call) and ``W_hh s`` (the next GRU step) come from one matrix product (``state_weight``,
-        built once per head), split by gate in one call; a drafted token's
-        ``W_ih e`` is looked up in a table built once per drafter; the GRU step is written out (``gru_step``)
-        rather than run through ``torch.gru_cell``, which costs more than the rest of the slot
-        at these sizes. The ids stay on the device; the caller reads them once per block.
+        built once per head), split by gate in one call; a drafted token's ``W_ih e`` is looked
+        up in a table built once per drafter; the GRU step is written out (``gru_step``) rather
+        than run through ``torch.gru_cell``, which costs more than the rest of the slot at these
+        sizes. The ids stay on the device; the caller reads them once per block.
         """
         n, H = z.shape
         G, r = self.gru.hidden_size, self.down.out_features
