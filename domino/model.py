@@ -295,6 +295,19 @@ def inference_attention_mask(n_context: int, block_size: int, block_causal: bool
 # 3. The Domino correction head
 
 
+def kept_until_changed(owner: nn.Module, name: str, sources: tuple[torch.Tensor, ...], build) -> torch.Tensor:
+    """``build()``, detached and kept on ``owner`` under ``name``; built again only when one of
+    ``sources`` changes: another storage, an in-place update (its version counter, which an
+    optimizer step or a load bumps), another device or dtype. Decoding's products of the weights
+    (``DominoHead.state_weight``, ``Drafter.gru_input_table``) are built this way."""
+    key = tuple((t.data_ptr(), t._version, t.device, t.dtype) for t in sources)
+    kept = getattr(owner, name, None)
+    if kept is None or kept[0] != key:
+        kept = (key, build().detach())
+        setattr(owner, name, kept)
+    return kept[1]
+
+
 class DominoHead(nn.Module):
     """GRU over the tokens before each prediction + low-rank residual on the base logits.
 
@@ -339,11 +352,8 @@ class DominoHead(nn.Module):
         ``W1_s s`` and ``W_hh s`` (``draft_in_order``). Built once and rebuilt when ``W1`` or
         ``W_hh`` change (an optimizer step, a load)."""
         w1, w_hh = self.down.weight, self.gru.weight_hh_l0
-        key = tuple((t.data_ptr(), t._version, t.device, t.dtype) for t in (w1, w_hh))
-        if getattr(self, "_state_weight_key", None) != key:
-            self._state_weight = torch.cat([w1[:, w1.shape[1] - w_hh.shape[1]:], w_hh]).detach().t()  # a view
-            self._state_weight_key = key
-        return self._state_weight
+        return kept_until_changed(self, "_state_weight", (w1, w_hh),  # the transpose stays a view
+                                  lambda: torch.cat([w1[:, w1.shape[1] - w_hh.shape[1]:], w_hh]).t())
 
     @torch.no_grad()
     def draft_in_order(self, z, base, corrected_from: int, anchor_emb, input_table, choose):
@@ -468,12 +478,12 @@ class Drafter(nn.Module):
         embedding, in draft-id order: what a drafted token feeds the GRU at inference, looked up
         instead of computed per slot. Rebuilt when the embedding, ``d2t`` or ``W_ih`` change."""
         w_ih, emb = self.head.gru.weight_ih_l0, self.embed_tokens.weight
-        key = tuple((t.data_ptr(), t._version, t.device, t.dtype) for t in (emb, self.d2t, w_ih))
-        if getattr(self, "_gru_input_key", None) != key:
+
+        def build():
             ids = self.draft_to_target(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
-            self._gru_input_table = F.linear(emb[ids].to(w_ih.dtype), w_ih).detach()
-            self._gru_input_key = key
-        return self._gru_input_table
+            return F.linear(emb[ids].to(w_ih.dtype), w_ih)
+
+        return kept_until_changed(self, "_gru_input_table", (emb, self.d2t, w_ih), build)
 
     # --- the shared pieces ----------------------------------------------------------------
 

@@ -2,6 +2,9 @@
 Each prints its use with ``--help``."""
 
 import argparse
+import os
+
+from ..config import section_defaults
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -19,17 +22,13 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     ``benchmark.threads``), so that the tool measures what the benchmark measures. A second
     thread does not pay at the embedded default's shapes: with OpenMP's waiting threads asleep
     (``PASSIVE``, which ``import domino`` selects) every small parallel operation wakes one,
-    and two threads made each part of a speculative step three to four times slower there."""
-    from ..config import section_defaults
-
+    and two threads made each part of a speculative step 3 to 4.5 times slower there."""
     parser.add_argument("--threads", type=int, default=section_defaults("benchmark")["threads"],
                         help="torch CPU threads (the benchmark job's count)")
 
 
 def wait_policy() -> str:
     """OpenMP's wait policy in this process, as the environment sets it, for a tool's header."""
-    import os
-
     if "OMP_WAIT_POLICY" in os.environ:
         return os.environ["OMP_WAIT_POLICY"]
     if "GOMP_SPINCOUNT" in os.environ:
