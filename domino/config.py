@@ -128,6 +128,7 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     if errors:
         raise ConfigError(_message(errors[0]))
     facts = _verifier_facts(cfg)  # read once: the verifier's config and tokenizer files
+    _fill_aux_layer_ids(cfg, facts)
     _cross_checks(cfg, facts)  # the base config first, so that its errors are named as its own
     for name in cfg["checkpoints"]:
         _check_overrides(cfg, name, validator, facts)
@@ -180,9 +181,65 @@ def is_local_source(src: str) -> bool:
     return src.split("/")[0] in RUN_DIRS
 
 
+def default_aux_layer_ids(layers: int) -> list[int]:
+    """The aux-layer ids of a verifier of depth ``layers`` when the config gives none:
+    ``[1, L/2 - 1, L - 3]`` in the speculators convention (``domino.aux``), the rule behind the
+    card's ``[1, 13, 25]`` for Qwen3-0.6B's 28 layers; 30 layers give ``[1, 14, 27]``."""
+    return [1, layers // 2 - 1, layers - 3]
+
+
+def _fill_aux_layer_ids(cfg: dict, facts: dict | None) -> None:
+    """``drafter.aux_layer_ids: null``: the ids by ``default_aux_layer_ids`` from the verifier's depth."""
+    d = cfg["drafter"]
+    if d["aux_layer_ids"] is not None:
+        return
+    if facts is None:
+        raise ConfigError("drafter.aux_layer_ids: null takes [1, L/2 - 1, L - 3] from the verifier's depth L, "
+                          "which is read offline from a local directory or a GGUF file only (allowed for a hub "
+                          "id: a list of ids, such as [1, 13, 25] for Qwen/Qwen3-0.6B)")
+    if facts["layers"] < 8:
+        raise ConfigError(f"drafter.aux_layer_ids: null needs a verifier of at least 8 layers for the rule "
+                          f"[1, L/2 - 1, L - 3] (this one has {facts['layers']}; allowed: a list of ids)")
+    d["aux_layer_ids"] = default_aux_layer_ids(facts["layers"])
+
+
+def check_verifier_config(c: dict, key: str = "verifier.source", shape: bool = True) -> None:
+    """Refuse, in one line naming the field, a verifier config the drafter cannot read or serve:
+    shape fields missing (``shape``: checked when the model loads, where the config is complete),
+    sliding-window layers (the drafter reads every position's state and the decoding loop keeps a
+    full cache), rope settings per layer type, logit soft-capping."""
+    needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+              "intermediate_size", "vocab_size", "rms_norm_eps")
+    missing = [k for k in needed if c.get(k) is None] if shape else []
+    if missing:
+        raise ConfigError(f"{key}: model_type {c.get('model_type')!r} has no {', '.join(missing)} (allowed: a "
+                          "decoder-only causal LM with RMSNorm, such as Qwen3 or Llama)")
+    layer_types = set(c.get("layer_types") or ())
+    if layer_types - {"full_attention"}:
+        raise ConfigError(f"{key}: layer_types {sorted(layer_types)} (allowed: full_attention in every layer)")
+    if c.get("sliding_window") is not None and c.get("use_sliding_window", True):
+        raise ConfigError(f"{key}: sliding_window {c['sliding_window']} (allowed: null, or use_sliding_window false)")
+    rope = c.get("rope_parameters")
+    if isinstance(rope, dict) and any(isinstance(v, dict) for v in rope.values()) or "rope_local_base_freq" in c:
+        raise ConfigError(f"{key}: rope_parameters per layer type (allowed: one rope setting for every layer)")
+    for cap in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if c.get(cap) is not None:
+            raise ConfigError(f"{key}: {cap} {c[cap]} (allowed: null; soft-capped logits are not served here)")
+
+
 def _verifier_facts(cfg: dict) -> dict | None:
     """Layers, vocabulary and tokenizer size of the configured verifier, when knowable offline."""
     v = cfg["verifier"]
+    if v["source"] == "gguf":
+        from .gguf import GGUFError, header_facts
+
+        if v.get("gguf") is None:
+            raise ConfigError("verifier.gguf: required key is missing when verifier.source is 'gguf' (allowed: "
+                              "a mapping with distribution, file, sha256 and install)")
+        try:
+            return header_facts(v["gguf"])
+        except GGUFError as err:
+            raise ConfigError(f"verifier.gguf: {err}") from None
     if v["source"] == "embedded":
         e = v.get("embedded")
         if e is None:
@@ -207,16 +264,23 @@ def _verifier_facts(cfg: dict) -> dict | None:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"verifier.source: {cfile} is not valid JSON ({err}) (allowed: a save_pretrained "
                           "directory)") from None
-    if not isinstance(c, dict) or c.get("model_type") != "qwen3":
-        mt = c.get("model_type") if isinstance(c, dict) else None
-        raise ConfigError(f"verifier.source: model_type is {mt!r} (allowed: a Qwen3 causal LM)")
+    if not isinstance(c, dict):
+        raise ConfigError(f"verifier.source: {cfile} holds no mapping (allowed: a save_pretrained directory)")
+    check_verifier_config(c, shape=False)
     missing = [k for k in ("num_hidden_layers", "vocab_size") if not isinstance(c.get(k), int)]
     if missing:
-        raise ConfigError(f"verifier.source: {cfile} lacks {', '.join(missing)} (allowed: a complete Qwen3 config)")
+        raise ConfigError(f"verifier.source: {cfile} lacks {', '.join(missing)} as integers (allowed: a complete "
+                          "config.json)")
     head_dim = c.get("head_dim") or (c["hidden_size"] // c["num_attention_heads"]
                                      if isinstance(c.get("hidden_size"), int) and c.get("num_attention_heads") else None)
     facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None,
-             "head_dim": head_dim}
+             "special_ids": set(), "head_dim": head_dim, "named_ids": _named_ids(c, path / "generation_config.json")}
+    has_tokenizer = (path / "tokenizer_config.json").exists() or (path / "tokenizer.json").exists()
+    if has_tokenizer and not (path / "chat_template.jinja").exists() \
+            and not _has_chat_template(path / "tokenizer_config.json"):
+        raise ConfigError(f"verifier.source: {src!r} has no chat template (allowed: a tokenizer whose "
+                          "tokenizer_config.json or chat_template.jinja holds one; the data and the benchmark "
+                          "prompts go through it)")
     tfile = path / "tokenizer.json"
     if tfile.exists():
         try:
@@ -227,9 +291,31 @@ def _verifier_facts(cfg: dict) -> dict | None:
         ids = set(t.get("model", {}).get("vocab", {}).values() if isinstance(t.get("model", {}).get("vocab"), dict) else [])
         ids |= {a["id"] for a in t.get("added_tokens", [])}
         masks = [a["id"] for a in t.get("added_tokens", []) if a["content"] == "<|MASK|>"]
+        facts["special_ids"] = {a["id"] for a in t.get("added_tokens", []) if a.get("special")}
         facts["real_vocab"] = max(ids) + 1 if ids else None
         facts["mask_id"] = masks[0] if masks else None
     return facts
+
+
+def _named_ids(c: dict, generation_config: Path) -> set:
+    """The bos, eos and pad ids of a verifier's config.json and its generation config (ints or lists)."""
+    try:
+        g = json.loads(generation_config.read_text())
+    except (OSError, ValueError):
+        g = {}
+    ids = set()
+    for source in (c, g if isinstance(g, dict) else {}):
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            v = source.get(key)
+            ids.update(i for i in (v if isinstance(v, list) else [v]) if isinstance(i, int))
+    return ids
+
+
+def _has_chat_template(tokenizer_config: Path) -> bool:
+    try:
+        return bool(json.loads(tokenizer_config.read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _cross_checks(cfg: dict, facts: dict | None) -> None:
@@ -276,10 +362,14 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         if m >= facts["vocab"]:
             raise ConfigError(f"drafter.mask_token_id: {m} is outside the verifier's embedding "
                               f"(allowed: < {facts['vocab']})")
-        if facts["real_vocab"] and m < facts["real_vocab"] and m != facts["mask_id"]:
+        if m in facts.get("named_ids", ()):
+            raise ConfigError(f"drafter.mask_token_id: {m} is the verifier's bos, eos or pad token (allowed: a "
+                              "token the verifier never writes)")
+        if facts["real_vocab"] and m < facts["real_vocab"] and m != facts["mask_id"] \
+                and m not in facts.get("special_ids", ()):
             or_null = ", or null for <|MASK|>" if facts["mask_id"] is not None else ""
             raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
-                              f"(allowed: an unused row >= {facts['real_vocab']}{or_null})")
+                              f"(allowed: an unused row >= {facts['real_vocab']}, a special token{or_null})")
 
 
 def trained_runs(checkpoints, replicates: int) -> list[str]:

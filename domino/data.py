@@ -222,17 +222,23 @@ def load_corpus(corpus: str, samples: int, hub_dataset: str | None = None, hub_s
 # chat template and loss mask
 
 
-def tokenize_conversation(tokenizer, messages: list[dict], seq_len: int, chat_template_kwargs=None):
+def tokenize_conversation(tokenizer, messages: list[dict], seq_len: int, chat_template_kwargs=None,
+                          end_of_turn: str | None = None):
     """Token ids and the assistant-only loss mask of one conversation, truncated to ``seq_len``.
 
-    The mask covers each assistant turn's content and the end-of-turn text that the template
-    puts right after it (``<|im_end|>`` for ChatML), so the drafter learns where turns end.
+    The mask covers each assistant turn's content and the end-of-turn token that the template
+    puts right after it (``domino.verifier.end_of_turn``: ``<|im_end|>`` for ChatML), so the
+    drafter learns where turns end (read from the template when not given). A template without
+    generation markers is read by its spans: where each message's content was rendered.
     """
+    from .verifier import end_of_turn as template_end_of_turn
+
     if not any(m["role"] == "assistant" for m in messages):
         raise DataError("a conversation without an assistant turn has nothing to train on")
     text = tokenizer.apply_chat_template(messages, tokenize=False, **(chat_template_kwargs or {}))
     spans, cursor = [], 0
-    end_of_turn = "<|im_end|>"
+    if end_of_turn is None:
+        end_of_turn = template_end_of_turn(tokenizer, chat_template_kwargs) or ""
     for m in messages:
         at = _locate(text, m["content"], cursor, end_of_turn) if m["content"] else -1
         if at < 0:
@@ -243,7 +249,7 @@ def tokenize_conversation(tokenizer, messages: list[dict], seq_len: int, chat_te
         cursor = end
         if m["role"] != "assistant":
             continue
-        if text.startswith(end_of_turn, end):
+        if end_of_turn and text.startswith(end_of_turn, end):
             end += len(end_of_turn)
         spans.append((at, end))
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -261,7 +267,7 @@ def _locate(text: str, content: str, cursor: int, end_of_turn: str) -> int:
     template closes with ``end_of_turn``, so that a short content ("a", "assistant") is not
     taken for a piece of the turn header; without one, the first occurrence."""
     first = at = text.find(content, cursor)
-    while at >= 0:
+    while at >= 0 and end_of_turn:
         if text.startswith(end_of_turn, at + len(content)):
             return at
         at = text.find(content, at + 1)
@@ -270,9 +276,11 @@ def _locate(text: str, content: str, cursor: int, end_of_turn: str) -> int:
 
 def prepare_records(tokenizer, records, seq_len: int, val_fraction: float, seed: int, chat_template_kwargs=None):
     """Tokenize, drop conversations with no assistant token left, split train/val (seeded)."""
-    rows = []
+    from .verifier import end_of_turn
+
+    rows, turn_end = [], end_of_turn(tokenizer, chat_template_kwargs) or ""
     for rec in records:
-        ids, mask = tokenize_conversation(tokenizer, rec["messages"], seq_len, chat_template_kwargs)
+        ids, mask = tokenize_conversation(tokenizer, rec["messages"], seq_len, chat_template_kwargs, turn_end)
         if sum(mask) == 0:
             continue  # the assistant turn fell past seq_len
         rows.append({"id": rec["id"], "input_ids": ids, "loss_mask": mask})

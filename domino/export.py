@@ -138,6 +138,19 @@ def _transformer_layer_config(cfg: DrafterConfig) -> dict:
     return layer
 
 
+def verifier_architectures(verifier: str) -> tuple[str, ...]:
+    """The verifier's own ``architectures`` (``LlamaForCausalLM`` for SmolLM2), read from its
+    ``config.json`` when it is a local directory; a hub id's are read from the hub's cache, and
+    Qwen3's are assumed when that cannot be read offline (the card's verifier)."""
+    try:
+        from transformers import AutoConfig
+
+        archs = AutoConfig.from_pretrained(verifier).architectures
+    except (OSError, ValueError):
+        archs = None
+    return tuple(archs or ("Qwen3ForCausalLM",))
+
+
 def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtype,
                        verifier_architectures=("Qwen3ForCausalLM",)) -> dict:
     """The ``config.json`` of a drafter in the speculators DFlash format. ``verifier_name`` becomes

@@ -96,6 +96,7 @@ class DrafterConfig:
     init: str  # "pytorch" (module defaults) | "hf" (normal(0, init_std), see Drafter.init_hf)
     init_std: float
     verifier: str = ""  # name or path of the verifier, for the record
+    target_model_type: str = ""  # the verifier's model_type ("qwen3", "llama"), for the record and the card's tags
 
     def __post_init__(self):
         # the config schema checks each value alone; these need the verifier's shapes
@@ -137,6 +138,7 @@ class DrafterConfig:
             max_position_embeddings=verifier_config.max_position_embeddings,
             target_vocab_size=verifier_config.vocab_size,
             target_num_layers=verifier_config.num_hidden_layers,
+            target_model_type=getattr(verifier_config, "model_type", "") or "",
             **fields,
         )
 

@@ -268,6 +268,15 @@ def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
     logger.info(f"verifier: {s['parameters']} parameters, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
 
 
+@stage("convert_verifier", ("verifier.gguf", "verifier.dtype"), {"out": "output"})
+def convert_verifier(cfg: StageConfig, out: str) -> None:
+    from . import gguf as gguf_lib
+
+    r = gguf_lib.convert(cfg.section("verifier.gguf"), cfg["verifier.dtype"], out)
+    logger.info(f"verifier: {r['file']} of {r['distribution']} {r['version']} ({r['architecture']}, "
+                f"{r['parameters']} parameters) written to {out} in {r['dtype']}")
+
+
 @stage("draft_vocab", ("drafter.draft_vocab_size",),
        {"verifier": "param", "train": "input", "vocab": "output", "summary": "output"})
 def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary: str) -> None:
@@ -318,7 +327,7 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     from . import verifier as verifier_lib, vocab as vocab_lib
 
     model = verifier_lib.load_verifier(verifier, "float32", "cpu")
-    fields = drafter_fields(cfg, checkpoint, verifier_lib.load_tokenizer(verifier))
+    fields = drafter_fields(cfg, checkpoint, verifier_lib.load_tokenizer(verifier), model.config)
     dcfg = model_lib.DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"], **fields)
     d2t, t2d = vocab_lib.load_vocab(vocab)
     tcfg, autocast = train_config(cfg, checkpoint)
@@ -358,11 +367,11 @@ def benchmark(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs:
               outs: list[str]) -> None:
     """Greedy: every prompt plain and with each run's drafter, back to back in this one job."""
     _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
-                tie_tolerance=float(cfg["benchmark.tie_tolerance"]))
+                tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]))
 
 
 def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
-                outs: list[str], temperature: float, top_p: float, tie_tolerance: float) -> None:
+                outs: list[str], temperature: float, top_p: float, tie_tolerance: float | None) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order."""
     from . import bench as bench_lib
 
@@ -382,7 +391,8 @@ def export(cfg: StageConfig, verifier: str, checkpoint_dir: str, out: str) -> No
 
     # where the run loads the verifier from goes into the export's config (verifier.name_or_path,
     # what readers load); its dtype is the exported weights' dtype
-    c = export_lib.export_speculators(checkpoint_dir, out, verifier, dtype=cfg["verifier.dtype"])
+    c = export_lib.export_speculators(checkpoint_dir, out, verifier, dtype=cfg["verifier.dtype"],
+                                      verifier_architectures=export_lib.verifier_architectures(verifier))
     tokens = c["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
     logger.info(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
                 f"{tokens} speculative tokens, {c['dtype']})")
@@ -479,11 +489,12 @@ DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size",
                 "init_std")
 
 
-def drafter_fields(cfg: StageConfig, run: str, tokenizer) -> dict:
+def drafter_fields(cfg: StageConfig, run: str, tokenizer, model_config) -> dict:
     """A run's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
     from . import verifier as verifier_lib
 
     d = overridden(cfg, run, "drafter")
     kind = checkpoint_entry(cfg, run)
+    stop = verifier_lib.eos_ids(tokenizer, model_config)
     return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],
-                mask_token_id=verifier_lib.mask_token_id(tokenizer, d["mask_token_id"]))
+                mask_token_id=verifier_lib.mask_token_id(tokenizer, d["mask_token_id"], stop, model_config.vocab_size))

@@ -1,7 +1,12 @@
-"""Load a verifier: a hub id or a local ``save_pretrained`` directory, checked to be a Qwen3
-causal LM the drafter can copy, with its tokenizer, end-of-generation ids and mask token.
+"""Load a verifier: a hub id or a local ``save_pretrained`` directory, checked to be a causal LM
+the drafter can read (``domino.config.check_verifier_config``), with its tokenizer, its end of
+turn, its end-of-generation ids and its mask token.
 
-The embedded verifier is written by ``domino.embedded`` and loads here like any other.
+Any decoder-only causal LM of transformers whose model holds ``embed_tokens``, ``layers`` and
+``norm`` and whose layers all attend to the whole context (Qwen3, Llama, ...) can verify; the
+drafter's own layers stay Qwen3-style whatever the verifier, as the card's and vLLM's DFlash
+drafters are, and share only its hidden size, heads and embedding. The embedded verifier
+(``domino.embedded``) and a converted GGUF verifier (``domino.gguf``) load here like any other.
 """
 
 from __future__ import annotations
@@ -48,21 +53,66 @@ def load_tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
-def mask_token_id(tokenizer, configured: int | None) -> int:
-    """The configured mask id, else the tokenizer's ``<|MASK|>`` token."""
+def end_of_turn(tokenizer, chat_template_kwargs=None) -> str | None:
+    """The special token the chat template writes right after an assistant turn's content
+    (``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama 3), None when it writes none.
+
+    Read by rendering a two-turn conversation with sentinel contents: the end of turn is the
+    longest special token that starts where the assistant's content ends."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise VerifierError(f"the tokenizer of {tokenizer.name_or_path!r} has no chat template (allowed: a "
+                            "tokenizer whose tokenizer_config.json or chat_template.jinja holds one)")
+    sentinel = "\u2063domino-reply\u2063"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "\u2063domino-ask\u2063"},
+                                          {"role": "assistant", "content": sentinel}], tokenize=False,
+                                         **(chat_template_kwargs or {}))
+    after = text[text.rindex(sentinel) + len(sentinel):] if sentinel in text else ""
+    found = [t for t in tokenizer.all_special_tokens + [str(t) for t in tokenizer.added_tokens_decoder.values()
+                                                        if t.special] if t and after.startswith(t)]
+    return max(found, key=len) if found else None
+
+
+def mask_token_id(tokenizer, configured: int | None, stop_ids=(), embedding_rows: int | None = None) -> int:
+    """The token that fills a block's masked slots, the first of:
+
+    1. the configured id (``drafter.mask_token_id``);
+    2. the tokenizer's ``<|MASK|>``;
+    3. the first embedding row past the tokenizer's tokens, when the verifier's embedding has such
+       free rows (``embedding_rows``, its ``vocab_size``): Qwen3-0.6B's 151,669, the card's mask;
+    4. the highest-id special token that the verifier never writes in a conversation: not an
+       end-of-generation id, not bos, pad or unk, nowhere in the chat template's text. SmolLM2 has
+       neither a ``<|MASK|>`` nor a free row; its last special token, ``<empty_output>`` (a
+       code-notebook marker), is such a token.
+
+    The mask is never a stop token: a masked slot that read as the end of generation would teach
+    the drafter to stop."""
+    stop = set(stop_ids)
     if configured is not None:
+        if int(configured) in stop:
+            raise VerifierError(f"drafter.mask_token_id: {configured} is an end-of-generation id of the verifier "
+                                f"(allowed: any other token; ends {sorted(stop)})")
         return int(configured)
     tid = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
-    if tid is None or tid == tokenizer.unk_token_id:
-        raise VerifierError(f"the tokenizer has no {MASK_TOKEN} token: set drafter.mask_token_id")
-    return int(tid)
+    if tid is not None and tid != tokenizer.unk_token_id:
+        return int(tid)
+    if embedding_rows is not None and embedding_rows > len(tokenizer):
+        return len(tokenizer)
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+    named = {getattr(tokenizer, f"{k}_token_id", None) for k in ("bos", "eos", "pad", "unk")}
+    unused = [i for i, t in tokenizer.added_tokens_decoder.items()
+              if t.special and i not in stop and i not in named and str(t) not in template]
+    if not unused:
+        raise VerifierError(f"the tokenizer of {tokenizer.name_or_path!r} has no {MASK_TOKEN} token, the "
+                            "verifier's embedding no free row and the tokenizer no special token unused in "
+                            "conversations: set drafter.mask_token_id to a token the verifier never writes")
+    return int(max(unused))
 
 
 def eos_ids(tokenizer, model_config, generation_config=None) -> list[int]:
     """Token ids that end generation, ascending: every ``eos_token_id`` of the verifier's
     generation config (an int or a list; Qwen3 lists ``<|im_end|>`` and ``<|endoftext|>``, and
-    ``generate`` and vLLM stop on each), the model config's, and the chat template's end-of-turn
-    token ``<|im_end|>`` with the tokenizer's eos token.
+    ``generate`` and vLLM stop on each), the model config's, the chat template's end of turn
+    (``end_of_turn``) and the tokenizer's eos token.
 
     ``generation_config``: a ``GenerationConfig`` or a mapping; None reads
     ``generation_config.json`` from where the tokenizer was loaded (a directory or a hub id in
@@ -77,29 +127,31 @@ def eos_ids(tokenizer, model_config, generation_config=None) -> list[int]:
     for source in (generation_config, model_config):
         eos = source.get("eos_token_id") if isinstance(source, dict) else getattr(source, "eos_token_id", None)
         ids.update(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else []))
-    for t in ("<|im_end|>", tokenizer.eos_token):
+    turn_end = end_of_turn(tokenizer) if getattr(tokenizer, "chat_template", None) else None
+    for t in (turn_end, tokenizer.eos_token):
         tid = tokenizer.convert_tokens_to_ids(t) if t else None
         if tid is not None and tid != tokenizer.unk_token_id:
             ids.add(int(tid))
     return sorted(ids)
 
 
-def check_qwen3_like(config) -> None:
-    """Refuse a verifier whose architecture the drafter cannot copy."""
-    archs = getattr(config, "architectures", None) or []
-    mt = getattr(config, "model_type", "")
-    needed = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
-              "intermediate_size", "vocab_size", "rms_norm_eps")
-    missing = [k for k in needed if getattr(config, k, None) is None]
-    if mt != "qwen3" or missing:
-        raise VerifierError(
-            f"verifier model_type is {mt!r} (architectures {archs}); this drafter needs a Qwen3 "
-            f"causal LM{'; missing config fields: ' + ', '.join(missing) if missing else ''}"
-        )
+def check_causal_lm(model) -> None:
+    """Refuse a loaded model whose modules the drafter and ``domino.aux.AuxCapture`` cannot read:
+    ``model.embed_tokens``, ``model.layers``, ``model.norm`` and output embeddings."""
+    inner = getattr(model, "model", None)
+    missing = [f"model.{name}" for name in ("embed_tokens", "layers", "norm") if getattr(inner, name, None) is None]
+    if model.get_output_embeddings() is None:
+        missing.append("output embeddings (lm_head)")
+    if missing:
+        raise VerifierError(f"verifier {type(model).__name__} lacks {', '.join(missing)} (allowed: a decoder-only "
+                            "causal LM of transformers, such as Qwen3ForCausalLM or LlamaForCausalLM)")
 
 
 def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
-    """``AutoModelForCausalLM.from_pretrained`` after checking the config is Qwen3."""
+    """``AutoModelForCausalLM.from_pretrained`` after checking the config (``check_verifier_config``)
+    and, once loaded, the modules (``check_causal_lm``)."""
+    from .config import ConfigError, check_verifier_config
+
     if dtype not in DTYPES:
         raise VerifierError(f"verifier dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     check_local(path)
@@ -110,10 +162,14 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
         config = AutoConfig.from_pretrained(path)
     except OSError as err:
         raise VerifierError(f"cannot load the verifier from {path!r}: {err}") from None
-    check_qwen3_like(config)
+    try:
+        check_verifier_config(config.to_dict())
+    except ConfigError as err:
+        raise VerifierError(str(err)) from None
     # transformers' SDPA, with grouped heads kept grouped under a mask on a CPU (domino.attention)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype],
                                                  attn_implementation=GROUPED_SDPA).to(device).eval()
+    check_causal_lm(model)
     for p in model.parameters():
         p.requires_grad_(False)
     return model

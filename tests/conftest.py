@@ -207,7 +207,7 @@ def load_config_files(*files, **verifier) -> dict:
 
 def random_verifier_dir(tmp_path) -> Path:
     """A config-only stand-in for ``python -m domino.tools.random_verifier`` output: Qwen3-0.6B's
-    config and the random-weights marker."""
+    config, a tokenizer config with a chat template, and the random-weights marker."""
     from domino.card import scale
     from domino.shapes import QWEN3_0_6B
 
@@ -215,5 +215,6 @@ def random_verifier_dir(tmp_path) -> Path:
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "qwen3", **{k: QWEN3_0_6B[k] for k in (
         "num_hidden_layers", "vocab_size", "hidden_size", "num_attention_heads", "head_dim")}}))
+    (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
     (d / scale.RANDOM_WEIGHTS_MARKER).write_text("{}")
     return d

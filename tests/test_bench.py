@@ -254,3 +254,24 @@ def test_sampling_with_a_budget_below_a_full_block_is_refused_before_timing():
     _check_budget(config(0.0, 2), loaded)  # greedy drafts full blocks at any budget
     with pytest.raises(BenchmarkError, match=r"max_new_tokens 5 leaves no full block .* >= 6"):
         _check_budget(config(1.0, 5), loaded)
+
+
+def test_row_count_verdict_accepts_a_parting_only_within_its_measured_noise():
+    """tie_tolerance None (bf16): a near tie when the plain token's margin in one of the two
+    forwards is no larger than the noise between them, or negative there; any other a defect."""
+    d = {"position": 3, "tokens": [5, 6], "gap": 0.5, "margins": [0.5, 0.6], "noise": 0.25}
+    assert lossless_verdict(d, None) == "mismatch"
+    assert lossless_verdict({**d, "noise": 0.5}, None) == "near-tie"
+    assert lossless_verdict({**d, "margins": [-0.1, 0.6], "gap": 0.1}, None) == "near-tie"
+    assert lossless_verdict({"position": 3, "tokens": [5, None], "gap": None}, None) == "mismatch"
+
+
+def test_divergence_measures_no_row_count_noise_in_float64(verifier):
+    """The two forwards of divergence agree where rounding cannot move a logit (float64 here)."""
+    prompt = [3, 14, 15, 9, 2, 6]
+    ref = decode(verifier, prompt, 8).new_token_ids
+    with torch.no_grad():
+        runner_up = int(verifier(input_ids=torch.tensor([prompt + ref[:5]])).logits[0, -1].topk(2).indices[1])
+    d = divergence(verifier, prompt, ref, ref[:5] + [runner_up] + ref[6:])
+    assert d["noise"] < 1e-9 and d["margins"][0] == pytest.approx(d["margins"][1], abs=1e-9) and d["margins"][0] > 0
+    assert lossless_verdict(d, None) == "mismatch"

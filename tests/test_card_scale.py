@@ -161,9 +161,11 @@ def test_the_real_qwen3_tokenizer(card_run):
     assert "<|MASK|>" not in tok.get_vocab()
     from domino.verifier import VerifierError, mask_token_id
 
-    with pytest.raises(VerifierError, match="MASK"):
-        mask_token_id(tok, None)  # so the card config must name 151669 itself
+    # no <|MASK|>: the first free row of the embedding, the card's 151669, named in config/card.yaml too
+    assert mask_token_id(tok, None, embedding_rows=CARD_VOCAB) == MASK_ID
     assert mask_token_id(tok, MASK_ID) == MASK_ID
+    with pytest.raises(VerifierError, match="end-of-generation id"):
+        mask_token_id(tok, tok.convert_tokens_to_ids("<|im_end|>"), stop_ids=[tok.convert_tokens_to_ids("<|im_end|>")])
     # the chat template (shipped, or set here) honours enable_thinking
     msgs = [{"role": "user", "content": "hi"}]
     off = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)

@@ -44,11 +44,12 @@ def _qwen3_dir(tmp_path, **over):
     return str(d)
 
 
-def _llama_dir(tmp_path):
-    d = tmp_path / "llama"
+def _windowed_dir(tmp_path):
+    """A Mistral-style verifier: every layer attends through a sliding window, which the drafter cannot read."""
+    d = tmp_path / "windowed"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
-                                               "num_hidden_layers": 4, "vocab_size": 1024}))
+    (d / "config.json").write_text(json.dumps({"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                                               "num_hidden_layers": 4, "vocab_size": 1024, "sliding_window": 4096}))
     return str(d)
 
 
@@ -118,7 +119,7 @@ BAD = [
     ("relative-missing-path", lambda c, t: _set(c, "verifier.source", "./no/such/verifier"), "verifier.source"),
     # one slash, like a hub id, but under a run directory: refused here, not looked up on the hub
     ("run-dir-missing-path", lambda c, t: _set(c, "verifier.source", "results/random_verifier"), "verifier.source"),
-    ("llama-verifier", lambda c, t: _set(c, "verifier.source", _llama_dir(t)), "verifier.source"),
+    ("windowed-verifier", lambda c, t: _set(c, "verifier.source", _windowed_dir(t)), "verifier.source"),
     ("dir-without-config", lambda c, t: _set(c, "verifier.source", _no_config_dir(t)), "verifier.source"),
     ("dir-with-bad-json", lambda c, t: _set(c, "verifier.source", _bad_json_dir(t)), "verifier.source"),
     ("local-aux-beyond-depth", lambda c, t: _set(c, "verifier.source", _qwen3_dir(t, num_hidden_layers=2)),
@@ -334,3 +335,31 @@ def test_an_overlay_that_only_adds_jobs_changes_no_result():
         "benchmark.temperatures: [0, 0.6, 1.0] -> [0] (drops [0.6, 1.0])"]
     card = changes_to_results(base, load_config_files("config.yaml", "config/card.yaml"))
     assert "verifier.source: \"embedded\" -> \"Qwen/Qwen3-0.6B\"" in card
+
+
+def test_null_aux_layer_ids_follow_the_cards_rule_from_the_verifiers_depth(tmp_path):
+    """[1, L/2 - 1, L - 3]: the card's [1, 13, 25] for 28 layers, [1, 14, 27] for 30; a hub id's
+    depth is unknown offline and a shallow verifier has no room for the rule: both refused."""
+    from conftest import load_config_files, random_verifier_dir
+
+    from domino.config import default_aux_layer_ids
+
+    assert default_aux_layer_ids(28) == [1, 13, 25] and default_aux_layer_ids(30) == [1, 14, 27]
+    d = random_verifier_dir(tmp_path)
+    over = tmp_path / "aux.yaml"
+    over.write_text("drafter: {aux_layer_ids: null}\n")
+    cfg = load_config_files("config.yaml", "config/card.yaml", f"{over}", source=str(d))
+    assert cfg["drafter"]["aux_layer_ids"] == [1, 13, 25]
+    with pytest.raises(ConfigError, match=r"drafter.aux_layer_ids: null takes \[1, L/2 - 1, L - 3\].*hub id"):
+        load_config_files("config.yaml", "config/card.yaml", f"{over}")
+    with pytest.raises(ConfigError, match="at least 8 layers"):
+        load_config_files("config.yaml", f"{over}")
+
+
+def test_a_local_verifier_without_a_chat_template_is_refused_before_any_job(tmp_path):
+    from conftest import load_config_files, random_verifier_dir
+
+    d = random_verifier_dir(tmp_path)
+    (d / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="verifier.source: .* has no chat template"):
+        load_config_files("config.yaml", "config/card.yaml", source=str(d))

@@ -10,6 +10,7 @@ import domino.data as D
 from domino.data import (DataError, iter_json_array_records, load_corpus, prepare_records, read_jsonl,
                          sharegpt_messages, tokenize_conversation)
 from domino.embedded import train_tokenizer
+from domino.verifier import VerifierError
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
          "assistant user system", "for i in range(10):\n    print(i)\n"] * 20
@@ -181,3 +182,28 @@ def test_bad_jsonl_names_file_and_line(tmp_path, content, match):
 def test_missing_jsonl(tmp_path):
     with pytest.raises(DataError, match="missing"):
         read_jsonl(tmp_path / "nope.jsonl")
+
+
+LLAMA3_TEMPLATE = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                   "{{ m['content'] }}<|eot_id|>{% endfor %}"
+                   "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+
+
+def test_the_end_of_turn_is_read_from_the_template_not_assumed(tokenizer):
+    """A Llama-3-style template ends a turn with <|eot_id|>: the mask closes each reply with it,
+    and it is among the ids that end generation; ChatML's <|im_end|> is not assumed."""
+    import copy
+
+    from domino.verifier import end_of_turn, eos_ids
+
+    tok = copy.deepcopy(tokenizer)
+    tok.add_special_tokens({"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
+    tok.chat_template = LLAMA3_TEMPLATE
+    assert end_of_turn(tokenizer) == "<|im_end|>" and end_of_turn(tok) == "<|eot_id|>"
+    msgs = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "I am fine."}]
+    ids, mask = tokenize_conversation(tok, msgs, 10_000)
+    assert _masked_runs(tok, ids, mask) == ["I am fine.<|eot_id|>"]
+    assert tok.convert_tokens_to_ids("<|eot_id|>") in eos_ids(tok, {}, generation_config={})
+    tok.chat_template = None
+    with pytest.raises(VerifierError, match="has no chat template"):
+        end_of_turn(tok)

@@ -20,12 +20,12 @@ EMBEDDED = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_at
 def llama_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("llama")
     LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1).save_pretrained(d)
+                num_key_value_heads=1, final_logit_softcapping=30.0).save_pretrained(d)
     return d
 
 
 @pytest.mark.parametrize("where,dtype,match", [
-    ("", "float32", "model_type is 'llama'.*needs a Qwen3"),
+    ("", "float32", r"verifier.source: final_logit_softcapping 30.0 \(allowed: null"),
     ("nowhere", "float32", r"llama\d*/nowhere' is not a directory; a local verifier is a save_pretrained directory"),
     ("..", "float32", r"has no config.json \(allowed: a save_pretrained directory\)"),
     ("", "float64", r"verifier dtype must be one of \['bfloat16', 'float16', 'float32'\], got 'float64'"),
@@ -94,3 +94,39 @@ def test_aux_id_L_is_the_last_layer_before_the_final_norm(verifier):
     last = aux[..., H:2 * H]
     torch.testing.assert_close(verifier.model.norm(last), out.last_hidden_state)
     assert not torch.allclose(last, out.hidden_states[L])
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("sliding_window", 64, r"sliding_window 64 \(allowed: null, or use_sliding_window false\)"),
+    ("layer_types", ["full_attention", "sliding_attention"], r"layer_types .*allowed: full_attention in every layer"),
+    ("rope_parameters", {"full_attention": {"rope_theta": 1e4}, "sliding_attention": {"rope_theta": 1e4}},
+     r"rope_parameters per layer type"),
+    ("attn_logit_softcapping", 50.0, r"attn_logit_softcapping 50.0 \(allowed: null"),
+    ("rms_norm_eps", None, r"model_type 'llama' has no rms_norm_eps"),
+])
+def test_what_a_verifier_config_cannot_serve_is_refused_naming_the_field(field, value, match):
+    from domino.config import ConfigError, check_verifier_config
+
+    c = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=2, num_key_value_heads=1).to_dict()
+    check_verifier_config(c)  # a plain Llama config is served
+    with pytest.raises(ConfigError, match=match):
+        check_verifier_config({**c, field: value})
+    check_verifier_config({**c, "sliding_window": 4096, "use_sliding_window": False})  # Qwen2's unused window
+
+
+def test_a_llama_verifier_loads_and_its_aux_states_are_its_layers(tmp_path):
+    """A LlamaForCausalLM verifier loads like a Qwen3 one, and the aux capture reads its decoder
+    layers by the same convention (id i: the output of layer i - 1, 0 the embeddings)."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(tmp_path)
+    model = load_verifier(str(tmp_path))
+    assert type(model).__name__ == "LlamaForCausalLM"
+    ids = torch.randint(0, 128, (1, 9))
+    hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+    assert torch.equal(aux_states(model, ids, [0, 1, 2])[0], torch.cat([hs[0][0], hs[1][0], hs[2][0]], -1))
+    last = aux_states(model, ids, [3])[0]  # before the final norm, which hidden_states[3] has applied
+    assert not torch.allclose(last, hs[3][0]) and torch.allclose(model.model.norm(last), hs[3][0], atol=1e-6)

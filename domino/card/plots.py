@@ -96,6 +96,13 @@ def acceptance_plot(res: dict, rows: list[dict]) -> Figure:
     return fig
 
 
+def _yerr(values, lows, highs) -> list[list[float]]:
+    """Error bars below and above each value. An interval's bound may sit a rounding error on the
+    wrong side of its value (a Wilson bound at a rate of 0 or 1, a bootstrap interval of a skewed
+    rate), which matplotlib refuses: such a bar has length 0."""
+    return [[max(0.0, v - lo) for v, lo in zip(values, lows)], [max(0.0, hi - v) for v, hi in zip(values, highs)]]
+
+
 def conditional_plot(res: dict, rows: list[dict]) -> Figure:
     fig = Figure(figsize=(7.5, 6.0))
     ax, ax_n = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2.2, 1]})
@@ -109,14 +116,14 @@ def conditional_plot(res: dict, rows: list[dict]) -> Figure:
         few = [i for i, n in enumerate(trials) if 0 < n < MIN_STEPS]
         colour = f"C{j}"
         ax.errorbar([xs[i] for i in ok], [counts[i] / trials[i] for i in ok], capsize=3, marker="o", color=colour,
-                    yerr=[[counts[i] / trials[i] - ivs[i].low for i in ok],
-                          [ivs[i].high - counts[i] / trials[i] for i in ok]], label=r["label"])
+                    yerr=_yerr([counts[i] / trials[i] for i in ok], [ivs[i].low for i in ok],
+                               [ivs[i].high for i in ok]), label=r["label"])
         if few:  # the checkpoint's colour, hollow: whose rate it is, and that it rests on few steps
             any_few = True
             ax.errorbar([xs[i] for i in few], [counts[i] / trials[i] for i in few], fmt="o", mfc="none",
                         color=colour, capsize=3, label=f"{r['label']}, fewer than {MIN_STEPS} steps",
-                        yerr=[[counts[i] / trials[i] - ivs[i].low for i in few],
-                              [ivs[i].high - counts[i] / trials[i] for i in few]])
+                        yerr=_yerr([counts[i] / trials[i] for i in few], [ivs[i].low for i in few],
+                                   [ivs[i].high for i in few]))
         highs += [ivs[i].high for i in ok + few]
         ax_n.bar(xs, trials, width=0.12, color=colour)
     ax.set_ylim(0, min(1.02, 1.25 * max(highs, default=1.0)))  # room above the data for the legend
@@ -201,7 +208,7 @@ def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
             if not pts:
                 continue
             any_few |= few
-            yerr = [[p.served.value - p.served.low for p in pts], [p.served.high - p.served.value for p in pts]]
+            yerr = _yerr([p.served.value for p in pts], [p.served.low for p in pts], [p.served.high for p in pts])
             ax.errorbar([p.position + dx for p in pts], [p.served.value for p in pts], yerr=yerr, fmt=fmt,
                         capsize=3, color=colour, mfc="none" if few else colour,
                         label=(f"{r['label']} served, fewer than {MIN_STEPS} steps" if few

@@ -279,7 +279,8 @@ def _front_matter(ctx: dict) -> str:
     data = ModelCardData(
         model_name=info["model_name"], language="en", license=info["license"], base_model=info["base_model"],
         pipeline_tag="text-generation",  # no library_name: no Hub library loads these weights as they are
-        tags=["speculative-decoding", "domino", "dflash", "qwen3", "draft-model"],
+        tags=["speculative-decoding", "domino", "dflash", *([info["verifier_type"]] if info.get("verifier_type") else []),
+              "draft-model"],
         datasets=list(info["datasets"]) or None, eval_results=evals,
     )
     return f"---\n{data.to_yaml()}\n---\n\n"

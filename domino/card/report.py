@@ -17,7 +17,7 @@ from .filters import PerCheckpoint
 from .render import CardPaths, render_card
 from .results import sampling_dir
 from ..common import hardware
-from ..config import config_sha256, trained_runs, vllm_runs
+from ..config import HUB_ID, config_sha256, trained_runs, vllm_runs
 from ..io import read_json
 from .scale import public_name, run_settings, scale_statement, verifier_kind
 from ..batches import aux_noise
@@ -34,7 +34,7 @@ def card_stages(cfg: dict) -> list[str]:
     suffix); ``cfg`` is the validated config."""
     ckpts = list(cfg["checkpoints"])
     trained = trained_runs(ckpts, cfg["train"]["replicates"])
-    stages = ["tokenizer", "verifier"] if cfg["verifier"]["source"] == "embedded" else []
+    stages = {"embedded": ["tokenizer", "verifier"], "gguf": ["convert_verifier"]}.get(cfg["verifier"]["source"], [])
     stages += ["prepare_data", "extract_hidden_states/train", "extract_hidden_states/val"]
     stages += [f"train/{c}" for c in trained] + [f"validate/{c}" for c in ckpts] + ["benchmark"]
     stages += [f"sampling/{sampling_dir(t)}" for t in cfg["benchmark"]["temperatures"] if t > 0]
@@ -279,7 +279,9 @@ def card_info(cfg: dict, results: Path) -> dict:
     return {
         "model_name": cfg["report"]["model_name"],
         "verifier": public_name(cfg["verifier"]["name"]),
-        "base_model": cfg["verifier"]["source"] if kind == "hub" else None,
+        # a GGUF verifier names the Hub model its file holds (verifier.name), when that is a Hub id
+        "base_model": cfg["verifier"]["source"] if kind == "hub" else
+        cfg["verifier"]["name"] if kind == "gguf" and HUB_ID.fullmatch(cfg["verifier"]["name"]) else None,
         "dataset": corpus,
         "samples": data["samples"],
         "seq_len": cfg["data"]["seq_len"],
@@ -305,6 +307,7 @@ def card_info(cfg: dict, results: Path) -> dict:
         "overrides": {n: overrides(cfg, n) for n in cfg["checkpoints"]},
         "license": cfg["report"]["license"],
         "datasets": hub_datasets_used(cfg),
+        "verifier_type": drafter.get("target_model_type") or None,  # the card's tag of the verifier's architecture
     }
 
 

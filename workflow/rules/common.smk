@@ -23,11 +23,12 @@ CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config or
 TRAINED = trained_runs(config["checkpoints"], config["train"]["replicates"])  # the checkpoints, then their seed replicates (train.replicates)
 RUNS = ["baseline"] + TRAINED  # every results/benchmark/{run}.json
 EMBEDDED = config["verifier"]["source"] == "embedded"
+GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/verifier/model (domino.gguf)
 # where every later stage loads the verifier (and its tokenizer) from
-VERIFIER = "results/verifier/model" if EMBEDDED else config["verifier"]["source"]
-VERIFIER_INPUT = ["results/verifier/model"] if EMBEDDED else []
-TOKENIZER = "results/verifier/tokenizer" if EMBEDDED else config["verifier"]["source"]
-TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else []
+VERIFIER = "results/verifier/model" if EMBEDDED or GGUF else config["verifier"]["source"]
+VERIFIER_INPUT = ["results/verifier/model"] if EMBEDDED or GGUF else []
+TOKENIZER = "results/verifier/tokenizer" if EMBEDDED else VERIFIER
+TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else VERIFIER_INPUT
 
 # vLLM pins its own transformers, so its stages run under another interpreter (vllm.python);
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
