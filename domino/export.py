@@ -140,12 +140,12 @@ def _transformer_layer_config(cfg: DrafterConfig) -> dict:
 
 def verifier_architectures(verifier: str) -> tuple[str, ...]:
     """The verifier's own ``architectures`` (``LlamaForCausalLM`` for SmolLM2), read from its
-    ``config.json`` when it is a local directory; a hub id's are read from the hub's cache, and
-    Qwen3's are assumed when that cannot be read offline (the card's verifier)."""
+    ``config.json``: a local directory's, or a hub id's from the local cache (no network is asked);
+    Qwen3's are assumed when neither holds one (the card's verifier)."""
     try:
         from transformers import AutoConfig
 
-        archs = AutoConfig.from_pretrained(verifier).architectures
+        archs = AutoConfig.from_pretrained(verifier, local_files_only=True).architectures
     except (OSError, ValueError):
         archs = None
     return tuple(archs or ("Qwen3ForCausalLM",))
