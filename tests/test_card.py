@@ -719,10 +719,11 @@ CLAIMS_HEADER = "| Claim | Published | This run (95% interval) | Verdict |"
 SHOWN = re.compile(r"([+-]?[\d.]+)(%|×) \[([+-]?[\d.]+)(?:%|×), ([+-]?[\d.]+)(?:%|×)\]")
 
 
-def check_claims(card: str, repro: str, benches: dict) -> list[str]:
+def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER_VERIFIER) -> list[str]:
     """The claims table: one row per published claim, this run's paired figure as computed here from
-    the benchmark files, and a verdict that follows from the printed interval; the card's line
-    repeats each verdict. Returns the verdicts."""
+    the benchmark files, and a verdict that follows from the printed interval; the card's opening
+    repeats each verdict for a reproduction, and only this run's figures for another verifier.
+    Returns the verdicts."""
     rows = table(repro, CLAIMS_HEADER)
     assert len(rows) == len(published.CLAIMS)
     verdicts = []
@@ -746,10 +747,46 @@ def check_claims(card: str, repro: str, benches: dict) -> list[str]:
                 abs(x - y) <= rounding for x in (printed.low, printed.high) for y in (0.0, claim["published"]))
         assert row[3] in claims.VERDICTS
         verdicts.append(row[3])
-    line = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
-    assert [v for v in re.findall(r"\*\*([^*]+)\*\*;", line)] == verdicts
-    assert "this run differs in scale (" in line and "in backend (" in line and "in hardware (" in line
+    if scope == claims.REPRODUCTION:
+        line = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
+        assert [v for v in re.findall(r"\*\*([^*]+)\*\*;", line)] == verdicts
+        assert "this run differs in scale (" in line and "in backend (" in line and "in hardware (" in line
+    else:  # this run's figures, as the claims table prints them, and no verdict
+        start = card.index("> **Domino vs DFlash noshift on this verifier**")
+        opening = card[start:card.index("\n\n", start)]
+        for c, row in zip(published.CLAIMS, rows):
+            assert f" {c['quantity']} {row[2]}" in opening.replace("\n", " ")
+        assert not any(v in opening for v in claims.VERDICTS if v != claims.NO_FIGURE)  # "no figure" is a figure's
+        assert all(c["stated"].split()[0].rstrip("×%") in opening for c in published.CLAIMS)  # the published figures
     return verdicts
+
+
+def scale_of(kind: str) -> scale.ScaleStatement:
+    """The fixtures' scale statement with a verifier of ``kind``: "hub" is the card's own."""
+    from dataclasses import replace
+
+    s = embedded_scale()
+    checks = tuple(replace(c, matches=kind == "hub") if c.name == "verifier" else c for c in s.checks)
+    return replace(s, verifier_kind=kind, checks=checks)
+
+
+@pytest.mark.parametrize("kind, scope", [("hub", claims.REPRODUCTION), ("embedded", claims.OTHER_VERIFIER),
+                                         ("gguf", claims.OTHER_VERIFIER), ("local", claims.OTHER_VERIFIER),
+                                         ("random", claims.RANDOM_VERIFIER)])
+def test_the_claims_section_follows_what_the_run_is(tmp_path, kind, scope):
+    """The card opens with the published card's verdicts only when its verifier is the card's; another
+    trained verifier gets this run's figures first, a random one no verdict anywhere."""
+    assert claims.claims_scope(scale_of(kind)) == scope
+    render.render_card(FIXTURE, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
+    card, repro = (tmp_path / "model_card.md").read_text(), (tmp_path / "reproduction.md").read_text()
+    benches = {c: fixture(f"benchmark/{c}.json") for c in CKPTS}
+    if scope == claims.RANDOM_VERIFIER:
+        assert "> **Published claims: not tested.**" in card
+        assert [r[3] for r in table(repro, CLAIMS_HEADER)] == [claims.NOT_TESTED] * len(published.CLAIMS)
+        assert not any(v in card + repro for v in claims.VERDICTS if v != claims.NOT_TESTED)
+    else:
+        check_claims(card, repro, benches, scope)
+    assert ("> **Published claims**," in card) == (scope == claims.REPRODUCTION)
 
 
 def test_claims_table_on_the_fixtures(rendered):

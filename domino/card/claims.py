@@ -16,10 +16,21 @@ The verdict, stated once (``verdict``; docs/results.md quotes it), with ``p`` th
 * **opposite direction, interval includes zero**: the estimate lies on the other side of 0, the
   interval reaches 0 (an estimate of exactly 0 counts here);
 * **contradicted**: the interval leaves out 0 on the other side;
-* **no figure**: the run cannot measure the difference (B never accepted a draft there).
+* **no figure**: the run cannot measure the difference (B never accepted a draft there);
+* **not tested: random verifier**: the verifier has random weights, so no acceptance it yields,
+  and no speed that follows from acceptance, says anything about the claim.
 
 Relative differences carry across scales where absolute figures do not: a run with another
-verifier, data and hardware (its scale statement says which) can still test them.
+verifier, data and hardware (its scale statement says which) can still test them. What the claims
+are to a run depends on its verifier (``claims_scope``, stated once here):
+
+* **reproduction**: the verifier is the published card's own (``Qwen/Qwen3-0.6B`` from the Hub), so
+  the run reproduces the card and its card opens with the verdicts;
+* **other verifier**: a trained verifier that is not the card's (the embedded one, a GGUF model, a
+  local directory, another Hub model), so the run asks whether the claims carry over to it; its
+  card opens with this run's own figures, and the verdicts stay in the reproduction report;
+* **random verifier**: random weights, so no claim is tested; the figures are set side by side for
+  speed, memory and the pipeline only.
 """
 
 from __future__ import annotations
@@ -39,7 +50,21 @@ SAME_NOT_SEPARATED = "same direction, interval includes zero"
 OPPOSITE_NOT_SEPARATED = "opposite direction, interval includes zero"
 CONTRADICTED = "contradicted"
 NO_FIGURE = "no figure"
-VERDICTS = (REPRODUCED, OTHER_SIZE, SAME_NOT_SEPARATED, OPPOSITE_NOT_SEPARATED, CONTRADICTED, NO_FIGURE)
+NOT_TESTED = "not tested: random verifier"
+VERDICTS = (REPRODUCED, OTHER_SIZE, SAME_NOT_SEPARATED, OPPOSITE_NOT_SEPARATED, CONTRADICTED, NO_FIGURE, NOT_TESTED)
+
+REPRODUCTION = "reproduction"
+OTHER_VERIFIER = "other verifier"
+RANDOM_VERIFIER = "random verifier"
+
+
+def claims_scope(scale: ScaleStatement) -> str:
+    """What the published claims are to this run, by its verifier (the module docstring's three
+    scopes): ``REPRODUCTION``, ``OTHER_VERIFIER`` or ``RANDOM_VERIFIER``."""
+    if scale.verifier_kind == "random":
+        return RANDOM_VERIFIER
+    verifier = next(c for c in scale.checks if c.name == "verifier")
+    return REPRODUCTION if verifier.matches else OTHER_VERIFIER
 
 
 def verdict(published: float, measured: Estimate | None) -> str:
@@ -116,13 +141,15 @@ def measure(figure: str, bench_a: dict, bench_b: dict) -> Estimate | None:
     return {"acceptance_length": c.acceptance_length, "tps": c.speedup}[figure]
 
 
-def claim_rows(benchmarks: dict[str, dict], labels: dict[str, str]) -> list[ClaimRow]:
-    """One row per ``published.CLAIMS`` entry, from the benchmark results by run name."""
+def claim_rows(benchmarks: dict[str, dict], labels: dict[str, str], scope: str = REPRODUCTION) -> list[ClaimRow]:
+    """One row per ``published.CLAIMS`` entry, from the benchmark results by run name; under
+    ``RANDOM_VERIFIER`` each figure is still measured, and no verdict is given."""
     rows = []
     for c in CLAIMS:
         measured = measure(c["figure"], benchmarks[c["a"]], benchmarks[c["b"]])
-        rows.append(ClaimRow(f"{labels[c['a']]} vs {labels[c['b']]}", c["quantity"], c["stated"], c["kind"], c["published"], measured,
-                             verdict(c["published"], measured)))
+        said = NOT_TESTED if scope == RANDOM_VERIFIER else verdict(c["published"], measured)
+        rows.append(ClaimRow(f"{labels[c['a']]} vs {labels[c['b']]}", c["quantity"], c["stated"], c["kind"],
+                             c["published"], measured, said))
     return rows
 
 

@@ -18,7 +18,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..io import write_text
-from .claims import claim_rows, differences_clause
+from .claims import claim_rows, claims_scope, differences_clause
 from .filters import environment
 from .html import write_html
 from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
@@ -227,7 +227,8 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     protocol = res["benchmark"]["baseline"]["protocol"]
     return {
-        "claims": claim_rows(res["benchmark"], LABELS),
+        "claims": claim_rows(res["benchmark"], LABELS, claims_scope(card_info["scale"])),
+        "claims_scope": claims_scope(card_info["scale"]),
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
