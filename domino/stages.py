@@ -407,7 +407,7 @@ def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str,
                 top_p=cfg["benchmark.top_p"], tie_tolerance=0.0)
 
 
-_VLLM = ("device", "verifier.dtype", "vllm.memory_fraction")
+_VLLM = ("device", "verifier.dtype", "vllm.memory_fraction", "vllm.max_prompts")
 
 
 @stage("vllm_benchmark_baseline", _VLLM, {"verifier": "param", "ours": "input", "out": "output"})
@@ -431,9 +431,9 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
 
 def _served(cfg: StageConfig) -> dict:
     """What a vLLM benchmark job gives the engine and the loop beside it: the weights' dtype, the
-    seed, vLLM's memory share, the device of the project's loop."""
+    seed, vLLM's memory share, the device of the project's loop, how many prompts it serves."""
     return {"dtype": cfg["verifier.dtype"], "seed": cfg["seed"], "memory_fraction": cfg["vllm.memory_fraction"],
-            "device": cfg["device"]}
+            "device": cfg["device"], "max_prompts": cfg["vllm.max_prompts"]}
 
 
 # The card prints the run's whole configuration and its hash: the report reads every top-level

@@ -37,7 +37,7 @@ from .common import hardware
 from .decode import DecodeResult, NeuralDraft, decode
 from .features import shard_tensors
 from .io import read_json, write_json
-from .metrics import acceptance_from_counts, tokens_per_second
+from .metrics import acceptance_from_counts, acceptance_summary, tokens_per_second
 from .model import Drafter
 from .stats import RESAMPLES, paired_rate_ratio, paired_speedup
 from .verifier import eos_ids, load_tokenizer, load_verifier
@@ -255,13 +255,14 @@ def served_drafts_per_step(export_dir: str | None) -> int:
 
 def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
                        ours_path: str, out: str, *, dtype: str, seed: int, memory_fraction: float,
-                       checkpoint_dir: str | None = None, device: str = "cpu") -> dict:
+                       checkpoint_dir: str | None = None, device: str = "cpu", max_prompts: int | None = None) -> dict:
     """The same prompts served by vLLM and by the project's own loop, side by side in this
     process: plain greedy (``run == "baseline"``) or vLLM's own DFlash loop on an exported
     checkpoint, any kind, through ``domino.vllm_plugin``, beside ``domino.decode`` with the
     checkpoint the export was written from (``checkpoint_dir``). Prompts, their token ids and
     ``max_new_tokens`` are read from the project's own result for the same run (``ours_path``),
-    so both loops see identical inputs.
+    so both loops see identical inputs; ``max_prompts`` keeps the first N of them (None: all), and
+    the project's acceptance figures beside vLLM's are then those of the same N prompts.
 
     Speed: each prompt is decoded by both loops back to back, in the alternating order of
     ``domino.bench.rotation``, so the ratio of vLLM's tokens per second to ours
@@ -278,12 +279,15 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     where the continuations are identical the acceptance figures can be equal exactly.
     """
     ours = read_json(ours_path, f"the project's {run} benchmark")
-    prompts = ours["prompts"]
+    prompts = ours["prompts"][:max_prompts]
     max_new = ours["protocol"]["max_new_tokens"]
     speculative = run != "baseline"
     if speculative and not checkpoint_dir:
         raise BenchmarkError(f"vLLM run {run!r}: the project's loop beside it needs the trained checkpoint")
     drafts_per_step = served_drafts_per_step(export_dir) if speculative else None
+    ours_acceptance = ours["summary"]
+    if speculative and len(prompts) < len(ours["prompts"]):  # the figures of the prompts served here
+        ours_acceptance = acceptance_summary([p["accepted_per_step"] for p in prompts], drafts_per_step)
     verifier = load_verifier(verifier_path, dtype, device)
     stop_ids = eos_ids(load_tokenizer(verifier_path), verifier.config)
     llm = load_llm(verifier_path, dtype, max_model_len=verifier.config.max_position_embeddings, seed=seed,
@@ -315,10 +319,10 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
                                 [m.seconds for m in mine], RESAMPLES, seed)
     summary = {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
                "tps": tokens_per_second(new_tokens, seconds), "same_tokens_as_ours": same,
-               "ours_acceptance_length": ours["summary"]["acceptance_length"],
+               "ours_acceptance_length": ours_acceptance["acceptance_length"],
                "ours_tps": tokens_per_second(sum(len(m.new_token_ids) for m in mine), sum(m.seconds for m in mine)),
                "ours_same_tokens_in_this_process": ours_here_same,
-               "ours_per_position_acceptance": ours["summary"]["per_position_acceptance"],
+               "ours_per_position_acceptance": ours_acceptance["per_position_acceptance"],
                "tps_ratio_to_ours": to_ours.estimate, "tps_ratio_to_ours_ci": to_ours.bounds()}
     records = [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
                 "ours_seconds": m.seconds, "stop_reason": r.stop_reason}

@@ -452,6 +452,22 @@ def _vllm_result(run, al, ours_al, tps, speedup, same):
     return {"run": run, "protocol": {"backend": "vLLM 0.32.0"}, "summary": summary}
 
 
+def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
+    """With vllm.max_prompts vLLM serves the benchmark's first N prompts, and the card says so."""
+    d = results_copy / "vllm_benchmark"
+    d.mkdir()
+    runs = ("baseline", "dflash-shift", "dflash-noshift", "domino")
+    for run in runs:
+        result = _vllm_result(run, 1.2, 1.2, 150.0, 0.7, 8)
+        result["summary"]["prompts"] = 8
+        (d / f"{run}.json").write_text(json.dumps(result))
+    render.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE, vllm_runs=list(runs))
+    text = (tmp_path / "model_card_appendix.md").read_text()
+    n = fixture("benchmark/baseline.json")["protocol"]["prompts"]
+    assert f"vLLM served the first 8 of the benchmark's {n} prompts (`vllm.max_prompts`)" in text
+    assert "| 8 of 8 |" in text
+
+
 def test_vllm_cross_check_table(results_copy, tmp_path):
     """With vllm.benchmark the card gains one table: a row per served run, vLLM's numbers beside this loop's."""
     d = results_copy / "vllm_benchmark"

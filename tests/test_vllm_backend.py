@@ -59,7 +59,7 @@ verifier:
 train: {epochs: 4}           # enough for the noshift drafter to land drafts, so acceptance is compared
 benchmark: {max_prompts: 24, max_new_tokens: 24}
 features: {backend: vllm}
-vllm: {python: %s, benchmark: true, memory_fraction: 0.15}
+vllm: {python: %s, benchmark: true, memory_fraction: 0.15, max_prompts: 16}  # vLLM serves the first 16
 """
 
 
