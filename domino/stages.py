@@ -258,6 +258,46 @@ def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary
                 f"({s['assistant_tokens']} assistant)")
 
 
+_REGENERATE = ("data.seq_len", "data.enable_thinking", "data.temperature", "data.top_p", "data.max_new_tokens",
+               "data.generation_batch_size", "data.shard_samples")
+
+
+@stage("regenerate", ("device", "verifier.dtype", *_CORPUS, *_REGENERATE),
+       {"split": "wildcard", "verifier": "param", "data": "input", "out": "output", "summary": "output"})
+def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str, summary: str) -> None:
+    from . import common, data as data_lib, io, regenerate as regenerate_lib, verifier as verifier_lib
+
+    device = common.check_device(cfg["device"])
+    tok = verifier_lib.load_tokenizer(verifier)
+    model = verifier_lib.load_verifier(verifier, cfg["verifier.dtype"], device)
+    rows = data_lib.read_jsonl(data)
+    # the prepared rows name their conversations; the corpus, read again, gives their messages
+    messages = {r["id"]: r["messages"] for r in data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"],
+                                                                     cfg["data.hub_dataset"], cfg["data.hub_split"])}
+    missing = [r["id"] for r in rows if r["id"] not in messages]
+    if missing:
+        raise regenerate_lib.RegenerateError(f"{data}: {len(missing)} conversations (the first {missing[0]!r}) are "
+                                             f"not in the corpus {cfg['data.corpus']!r} as configured now; "
+                                             "rerun prepare_data")
+    kwargs = _template_kwargs(cfg)
+    prompts = [regenerate_lib.first_turn_prompt(tok, messages[r["id"]], kwargs) for r in rows]
+    stop = verifier_lib.eos_ids(tok, model.config, getattr(model, "generation_config", None))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else stop[0]
+    rc = regenerate_lib.RegenerateConfig(
+        max_new_tokens=cfg["data.max_new_tokens"], batch_size=cfg["data.generation_batch_size"],
+        shard_samples=cfg["data.shard_samples"], temperature=cfg["data.temperature"], top_p=cfg["data.top_p"],
+        seq_len=cfg["data.seq_len"], seed=cfg["seed"])
+    s = regenerate_lib.regenerate(model, regenerate_lib.verifier_key(verifier, cfg["verifier.dtype"]), rows, prompts,
+                                  stop, pad, rc, out, desc=f"regenerate {split}")
+    s |= {"split": split, "decoding": "greedy" if rc.temperature == 0 else
+          f"sampled at temperature {rc.temperature:g}, top_p {rc.top_p:g}, seed {rc.seed}",
+          "max_new_tokens": rc.max_new_tokens, "verifier_dtype": cfg["verifier.dtype"], "turns": "first"}
+    io.write_json(summary, s)
+    logger.info(f"{s['conversations']} {split} answers regenerated ({s['decoding']}): {s['answer_tokens']} answer "
+                f"tokens, {s['cut']} cut at {rc.max_new_tokens}; {s['generated_tokens']} tokens in "
+                f"{s['seconds']:.0f} s")
+
+
 @stage("verifier", ("verifier.embedded",), {"tokenizer": "input", "train": "input", "out": "output"})
 def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
     from . import data as data_lib, embedded as embedded_lib, verifier as verifier_lib

@@ -28,6 +28,10 @@ GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/ver
 VERIFIER = "results/verifier/model" if EMBEDDED or GGUF else config["verifier"]["source"]
 VERIFIER_INPUT = ["results/verifier/model"] if EMBEDDED or GGUF else []
 TOKENIZER = "results/verifier/tokenizer" if EMBEDDED else VERIFIER
+# the conversations the drafter trains on (data.responses): the prepared corpus, or the same
+# conversations answered by the verifier (rule regenerate)
+REGENERATED = config["data"]["responses"] == "verifier"
+TRAINING_DATA = "results/regenerate/{split}.jsonl" if REGENERATED else "results/prepare_data/{split}.jsonl"
 TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else VERIFIER_INPUT
 
 # vLLM pins its own transformers, so its stages run under another interpreter (vllm.python);

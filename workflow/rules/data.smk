@@ -16,10 +16,30 @@ rule prepare_data:
         domino("prepare_data")
 
 
+rule regenerate:
+    input:
+        VERIFIER_INPUT,
+        data="results/prepare_data/{split}.jsonl",
+    output:
+        out="results/regenerate/{split}.jsonl",
+        summary="results/regenerate/{split}.json",
+    wildcard_constraints:
+        split="train|val",
+    params:
+        **stage_params("regenerate"),
+        verifier=VERIFIER,
+    log:
+        "logs/regenerate/{split}.log",
+    benchmark:
+        "benchmarks/regenerate/{split}.tsv"
+    shell:
+        domino("regenerate")
+
+
 rule draft_vocab:
     input:
         VERIFIER_INPUT,
-        train="results/prepare_data/train.jsonl",
+        train=TRAINING_DATA.format(split="train"),
     output:
         vocab="results/draft_vocab/vocab.safetensors",
         summary="results/draft_vocab/vocab.json",

@@ -1,7 +1,7 @@
 rule extract_hidden_states:
     input:
         VERIFIER_INPUT,
-        data="results/prepare_data/{split}.jsonl",
+        data=TRAINING_DATA,
         vocab="results/draft_vocab/vocab.safetensors",
     output:
         index="results/extract_hidden_states/{split}/index.json",

@@ -4,6 +4,7 @@ from domino.card.plots import PLOTS  # the plots' file names: the card links to 
 rule report:
     input:
         summary="results/prepare_data/summary.json",
+        regenerated=expand("results/regenerate/{split}.json", split=["train", "val"]) if REGENERATED else [],
         validate=expand("results/validate/{checkpoint}.json", checkpoint=CHECKPOINTS),
         benchmark=expand("results/benchmark/{run}.json", run=RUNS),
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),
