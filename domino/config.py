@@ -392,19 +392,23 @@ def vllm_runs(cfg: dict) -> list[str]:
 
 
 # What an overlay may change in a directory that holds a finished run: it may only add jobs.
-ADDITIVE = "new checkpoints: entries, a higher train.replicates, new benchmark.temperatures"
+ADDITIVE = ("new checkpoints: entries, a higher train.replicates, new benchmark.temperatures, the vLLM cross-check "
+            "switched on (vllm.*, the features extracted by transformers)")
 
 
 def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
     """How going from config ``before`` to ``after`` (both validated) would change results that
     exist, one ``"key: old -> new"`` per changed key; empty when ``after`` only adds jobs
     (``ADDITIVE``): a new entry of ``checkpoints:`` trains a new variant, a higher
-    ``train.replicates`` new replicates, a new temperature a new sampling job. The benchmark,
+    ``train.replicates`` new replicates, a new temperature a new sampling job, the vLLM section
+    on a run without vLLM results the vLLM benchmark jobs. The benchmark,
     which decodes every trained run side by side, and the report then run again, as they do for
     any new job."""
     changes = []
     for key in sorted(set(before) | set(after)):
         where = f"{path}{key}"
+        if where == "vllm" and _cross_check_added(before, after):
+            continue
         if key not in after:
             changes.append(f"{where}: removed")
         elif key not in before:
@@ -422,6 +426,13 @@ def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
         elif before[key] != after[key]:
             changes.append(f"{where}: {json.dumps(before[key])} -> {json.dumps(after[key])}")
     return changes
+
+
+def _cross_check_added(before: dict, after: dict) -> bool:
+    """Whether going from ``before`` to ``after`` (whole configs) switches the vLLM cross-check on,
+    which only adds the vLLM benchmark jobs: no vLLM result exists yet, and vLLM extracts no features."""
+    backends = {c.get("features", {}).get("backend") for c in (before, after)}
+    return not before.get("vllm", {}).get("benchmark") and backends == {"transformers"}
 
 
 def config_sha256(cfg: dict) -> str:

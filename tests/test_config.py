@@ -333,6 +333,13 @@ def test_an_overlay_that_only_adds_jobs_changes_no_result():
         "train.replicates: 3 -> 1 (fewer replicates)"]
     assert changes_to_results(load_config_files("config.yaml", "config/sampling.yaml"), base) == [
         "benchmark.temperatures: [0, 0.6, 1.0] -> [0] (drops [0.6, 1.0])"]
+    profile = load_config_files("config.yaml", "config/smollm2.yaml")
+    served = load_config_files("config.yaml", "config/smollm2.yaml", "config/smollm2-vllm.yaml")
+    assert changes_to_results(profile, served) == []  # the vLLM cross-check only adds its jobs
+    assert changes_to_results(served, profile) == ["vllm.benchmark: true -> false", "vllm.max_prompts: 24 -> null",
+                                                   "vllm.python: \".venv-vllm/bin/python\" -> null"]
+    extracted = load_config_files("config.yaml", "config/vllm-cpu.yaml")  # vLLM extracts the features there
+    assert "features.backend: \"transformers\" -> \"vllm\"" in changes_to_results(base, extracted)
     card = changes_to_results(base, load_config_files("config.yaml", "config/card.yaml"))
     assert "verifier.source: \"embedded\" -> \"Qwen/Qwen3-0.6B\"" in card
 
