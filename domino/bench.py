@@ -88,43 +88,58 @@ def encode_prompt(tokenizer, prompt: str, chat_template: bool, chat_template_kwa
 
 
 @torch.inference_mode()
-def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int]) -> dict | None:
+def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int], verify_rows: int = 0) -> dict | None:
     """Where two greedy continuations of one prompt part, and by how much the verifier's logits
     of the two tokens differ there. None if they are identical.
 
-    The parting position's logits are computed twice, with other row counts: in one forward over
-    the whole common prefix, and as plain greedy decoding computed them (the prompt in one
-    forward, then one row per generated token against the cache). ``margins``: ``logit[ref] -
-    logit[other]`` in each (negative where that forward prefers the other token); ``gap``: the
-    first's absolute value; ``noise``: the largest logit difference between the two forwards over
-    the whole vocabulary, what a forward's row counts move a logit by at this position (0 in
-    float32 on a CPU, tenths in bf16). ``gap`` is None when one continuation simply ended (EOS)
-    where the other went on, which no rounding explains."""
+    The parting position's logits are computed in forwards of other row counts: in one forward
+    over the whole common prefix; as plain greedy decoding computed them (the prompt in one
+    forward, then one row per generated token against the cache); and, with ``verify_rows`` (the
+    speculative loop's 1 + B rows a step), shaped as a verify step: the prefix before the step in
+    one forward, then ``verify_rows`` rows in one, the parting position's predecessor at each of
+    their places in turn (rows after it hold ``ref``'s next tokens, which a causal forward does not
+    read there, and only change its row count). ``margins``: ``logit[ref] - logit[other]`` in each
+    (negative where that forward prefers the other token); ``gap``: the first's absolute value;
+    ``noise``: the largest logit difference over the vocabulary between the whole-prefix forward
+    and any other, what a forward's row counts move a logit by at this position (0 in float32 on
+    a CPU, tenths in bf16). ``gap`` is None when one continuation simply ended (EOS) where the
+    other went on, which no rounding explains."""
     t = next((i for i, (a, b) in enumerate(zip(ref, other)) if a != b), min(len(ref), len(other)))
     if t == len(ref) == len(other):
         return None
     if t >= len(ref) or t >= len(other):
         return {"position": t, "tokens": [ref[t] if t < len(ref) else None, other[t] if t < len(other) else None],
                 "gap": None}
-    ids = torch.tensor([list(prompt_ids) + list(ref[:t])], device=verifier.device)
+    full = list(prompt_ids) + list(ref)
+    ids = torch.tensor([full[:len(prompt_ids) + t]], device=verifier.device)
     whole = verifier(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
     n, cache = len(prompt_ids), DynamicCache(config=verifier.config)
     ck = cache_kwarg(verifier)
     out = verifier(input_ids=ids[:, :n], **{ck: cache}, use_cache=True, logits_to_keep=1)
     for i in range(n, ids.shape[1]):
         out = verifier(input_ids=ids[:, i:i + 1], **{ck: cache}, use_cache=True)
-    stepwise = out.logits[0, -1].float()
+    forms = [whole, out.logits[0, -1].float()]
+    last = ids.shape[1] - 1  # the position whose logits choose new token t
+    rows = full[len(prompt_ids) + t:] + [full[-1]] * verify_rows  # what the rows after it hold
+    for j in range(verify_rows):
+        start = last - j
+        if start < n:  # the step would begin inside the prompt, which the loop prefills
+            break
+        cache = DynamicCache(config=verifier.config)
+        verifier(input_ids=ids[:, :start], **{ck: cache}, use_cache=True, logits_to_keep=1)
+        block = torch.tensor([full[start:last + 1] + rows[:verify_rows - j - 1]], device=verifier.device)
+        forms.append(verifier(input_ids=block, **{ck: cache}, use_cache=True).logits[0, j].float())
     a, b = ref[t], other[t]
-    margins = [float(whole[a] - whole[b]), float(stepwise[a] - stepwise[b])]
+    margins = [float(f[a] - f[b]) for f in forms]
     return {"position": t, "tokens": [a, b], "gap": abs(margins[0]), "margins": margins,
-            "noise": float((whole - stepwise).abs().max())}
+            "noise": max(float((whole - f).abs().max()) for f in forms[1:])}
 
 
 def lossless_verdict(divergence_info: dict | None, tie_tolerance: float | None) -> str:
     """"same", "near-tie" or "mismatch" (a defect).
 
     ``tie_tolerance`` a number: a near tie when the two tokens' logits lie within it (0: none is).
-    None: a near tie when, in one of the two forwards of ``divergence``, the verifier's preference
+    None: a near tie when, in one of the forwards of ``divergence``, the verifier's preference
     for the plain token is no larger than the row-count noise measured there (or it prefers the
     other token): the rule for a bf16 verifier, whose logits move with a forward's row count, so
     that plain greedy (one row a step) and speculative greedy (1 + B rows) may part at a near tie."""
@@ -327,17 +342,20 @@ def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
 
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
-                   tie_tolerance: float | None) -> list[dict]:
+                   tie_tolerance: float | None, verify_rows: int = 0) -> list[dict]:
     """Greedy decoding: every speculative continuation must equal the plain one decoded beside it.
     (A sampled one follows the same distribution, not the same tokens: tests/test_sampling.py.)
 
     Returns the partings accepted as near ties (``lossless_verdict``), each with ``between``
-    naming the pair; raises BenchmarkError on any other parting."""
+    naming the pair; raises BenchmarkError on any other parting. ``verify_rows``: the rows of the
+    run's verify forward (1 + drafts per step), the shape ``divergence`` also recomputes under
+    ``tie_tolerance`` None."""
     near_ties, mismatches = [], []
     for task, ids, tm in zip(tasks, encoded, timings):
         if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
             continue
-        d = divergence(verifier, ids, tm.plain.new_token_ids, tm.speculative.new_token_ids)
+        d = divergence(verifier, ids, tm.plain.new_token_ids, tm.speculative.new_token_ids,
+                       verify_rows if tie_tolerance is None else 0)
         if lossless_verdict(d, tie_tolerance) == "near-tie":
             near_ties.append({"task_id": task["task_id"], "between": "speculative/plain", **d})
         else:
@@ -532,8 +550,9 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     results = {}
     for run in (PLAIN, *checkpoint_dirs):
         timings = [d.timing(run) for d in decodes]
-        near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol) if config.greedy else []
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
+        near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol,
+                                   1 + drafts_per_step) if config.greedy else []
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
                         | {"floor": floors.get(run)},

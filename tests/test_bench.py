@@ -266,6 +266,21 @@ def test_row_count_verdict_accepts_a_parting_only_within_its_measured_noise():
     assert lossless_verdict({"position": 3, "tokens": [5, None], "gap": None}, None) == "mismatch"
 
 
+def test_divergence_recomputes_the_parting_as_a_verify_step_would(verifier):
+    """With verify_rows, one more forward per place the parting can take in a 1 + B-row verify
+    step; in float64 every form gives the same margin, so each is the same logit computed anew."""
+    prompt = [3, 14, 15, 9, 2, 6]
+    ref = decode(verifier, prompt, 10).new_token_ids
+    with torch.no_grad():
+        runner_up = int(verifier(input_ids=torch.tensor([prompt + ref[:5]])).logits[0, -1].topk(2).indices[1])
+    d = divergence(verifier, prompt, ref, ref[:5] + [runner_up] + ref[6:], verify_rows=4)
+    assert len(d["margins"]) == 2 + 4
+    assert all(m == pytest.approx(d["margins"][0], abs=1e-9) for m in d["margins"]) and d["noise"] < 1e-9
+    # a parting at new token 1: a step cannot begin inside the prompt, so one place remains
+    d = divergence(verifier, prompt, ref, ref[:1] + [runner_up] + ref[2:], verify_rows=4)
+    assert len(d["margins"]) == 2 + 1
+
+
 def test_divergence_measures_no_row_count_noise_in_float64(verifier):
     """The two forwards of divergence agree where rounding cannot move a logit (float64 here)."""
     prompt = [3, 14, 15, 9, 2, 6]
