@@ -120,15 +120,13 @@ def generate_batch(verifier, prompts: list[list[int]], max_new_tokens: int, stop
 
 
 def _choose(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
-    """Greedy (``temperature == 0``) or a draw from the tempered distribution cut to its top-p nucleus."""
+    """Greedy (``temperature == 0``) or a draw from ``domino.sampling.sampling_probs``, the
+    benchmark's tempered, top-p-truncated distribution."""
     if temperature == 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_p.cumsum(-1) - sorted_p > top_p  # tokens past the nucleus (the first always stays)
-        sorted_p = sorted_p.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    from .sampling import sampling_probs
+
+    probs = sampling_probs(logits, temperature, top_p)
     return torch.multinomial(probs.cpu(), 1, generator=generator).flatten().to(logits.device)
 
 

@@ -285,9 +285,9 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     if speculative and not checkpoint_dir:
         raise BenchmarkError(f"vLLM run {run!r}: the project's loop beside it needs the trained checkpoint")
     drafts_per_step = served_drafts_per_step(export_dir) if speculative else None
-    ours_acceptance = ours["summary"]
-    if speculative and len(prompts) < len(ours["prompts"]):  # the figures of the prompts served here
-        ours_acceptance = acceptance_summary([p["accepted_per_step"] for p in prompts], drafts_per_step)
+    # our loop's acceptance over the prompts served here, as the benchmark summarised all of them
+    ours_acceptance = (acceptance_summary([p["accepted_per_step"] for p in prompts], drafts_per_step)
+                       if speculative else ours["summary"])
     verifier = load_verifier(verifier_path, dtype, device)
     stop_ids = eos_ids(load_tokenizer(verifier_path), verifier.config)
     llm = load_llm(verifier_path, dtype, max_model_len=verifier.config.max_position_embeddings, seed=seed,

@@ -226,9 +226,9 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     protocol = res["benchmark"]["baseline"]["protocol"]
+    scope = claims_scope(card_info["scale"])
     return {
-        "claims": claim_rows(res["benchmark"], LABELS, claims_scope(card_info["scale"])),
-        "claims_scope": claims_scope(card_info["scale"]),
+        "claims": claim_rows(res["benchmark"], LABELS, scope), "claims_scope": scope,
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
