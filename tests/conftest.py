@@ -98,17 +98,21 @@ def copy_repo(dst: Path) -> Path:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
     shutil.copy(ROOT / "tests" / "micro.yaml", dst / "micro.yaml")
+    # what docs/card-scale.md's one-machine SLURM lines name: the micro overlay and the CPU profile
+    shutil.copytree(ROOT / "tests" / "slurm", dst / "tests" / "slurm")
+    shutil.copy(ROOT / "tests" / "micro.yaml", dst / "tests" / "micro.yaml")
     return dst
 
 
-def run_snakemake(cwd, *args, check=True, env=None):
-    """``snakemake --cores 1 ARGS`` in ``cwd``; ``env`` adds environment variables."""
+def run_snakemake(cwd, *args, check=True, env=None, timeout=1500):
+    """``snakemake --cores 1 ARGS`` in ``cwd``; ``env`` adds environment variables; raises
+    ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
     # the rules call `python`: make it this interpreter even when its environment is not activated
     env = dict(os.environ, PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", **(env or {}),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     exe = str(Path(sys.executable).with_name("snakemake"))
     out = subprocess.run([exe, "--cores", "1", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                         timeout=1500)
+                         timeout=timeout)
     if check and out.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
     return out
