@@ -11,6 +11,10 @@ Logging: a module that reports progress has ``logger = logging.getLogger(__name_
 handler; this entry point alone adds them, for the run of one stage (``log_to``): the
 ``domino.*`` loggers from INFO up go to stderr and to the ``--log`` file. Progress bars (tqdm)
 write to the terminal only.
+
+Errors: a stage that fails ends its log with one line, ``domino <stage>: <Type>: <message>``,
+which the workflow prints again when a run stops. The traceback goes to the log file, above
+that line, and not to the terminal; ``DOMINO_TRACEBACK=1`` lets the exception through instead.
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ import logging
 import os
 import re
 import sys
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from .stages import STAGES, UndeclaredKey, run_stage
+from .stages import STAGES, run_stage
 
 logger = logging.getLogger("domino")  # the package's logger: this module runs as __main__
 
+LOG_ONLY = "domino_log_only"  # a record with this attribute set goes to the log file, not the terminal
 ROLE_HELP = {"input": "input path", "output": "output path (written atomically)",
              "param": "computed by the rule (a path, or the run names)", "wildcard": "the job's wildcard value"}
 
@@ -112,6 +118,7 @@ def log_to(log_path: str | Path | None):
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_path, mode="w", encoding="utf-8"))
     handlers[0].setFormatter(logging.Formatter("%(message)s"))
+    handlers[0].addFilter(lambda record: not getattr(record, LOG_ONLY, False))
     for h in handlers[1:]:
         h.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     root = logging.getLogger()
@@ -149,6 +156,13 @@ def job_error_lines(logs: str | Path, since: float) -> list[str]:
     return found
 
 
+def error_line(stage: str, err: BaseException) -> str:
+    """The one line a failed stage ends its log with: its message's lines joined, so that a
+    multi-line message (a template's syntax error, a library's report) stays one line."""
+    message = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
+    return f"domino {stage}: {type(err).__name__}: {message}"
+
+
 def interrupted_line(stage: str) -> str:
     return (f"domino {stage}: interrupted; what was complete is kept (training keeps its state under "
             "state/); run the same command again to resume")
@@ -170,11 +184,11 @@ def main(argv=None) -> None:
         except KeyboardInterrupt:
             logger.error(interrupted_line(args.stage))
             raise SystemExit(130) from None
-        except (ValueError, FileNotFoundError, RuntimeError, UndeclaredKey) as err:
-            # one line for the errors we raise on purpose; DOMINO_TRACEBACK=1 shows the traceback
+        except Exception as err:
             if os.environ.get("DOMINO_TRACEBACK"):
                 raise
-            logger.error(f"domino {args.stage}: {type(err).__name__}: {err}")
+            logger.error("traceback of the error below:\n%s", traceback.format_exc().rstrip(), extra={LOG_ONLY: True})
+            logger.error(error_line(args.stage, err))
             raise SystemExit(1) from None
 
 

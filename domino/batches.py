@@ -15,10 +15,9 @@ same rule serves all three checkpoints so that their budgets are identical.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
+from .config import AuxNoise
 from .data import pack
 
 # train.loss_mask_at: the offset, from a block slot's input position a+k, of the position whose
@@ -34,33 +33,6 @@ def loss_mask_offset(loss_mask_at: str, shift_label: bool) -> int:
     if loss_mask_at not in LOSS_MASK_AT:
         raise ValueError(f"loss_mask_at must be one of {LOSS_MASK_AT}, got {loss_mask_at!r}")
     return int(shift_label) if loss_mask_at == "target" else 0
-
-
-class AuxNoise(NamedTuple):
-    """Noise added to the auxiliary states of training rows: ``uniform`` draws from
-    ``[-scale, scale)``, ``gaussian`` from ``N(0, scale^2)``; ``none`` (or scale 0) adds nothing.
-
-    ``dtype`` says where the sum is formed: ``float32`` adds the noise to the states cast to
-    float32; ``storage`` rounds the noise to the features' storage dtype and adds it there, so
-    the noisy states are rounded to that dtype (speculators PR 685 adds its noise after casting
-    the states to bf16, where a step between neighbouring values is 1/16 for 8 <= |x| < 16, so
-    noise of 0.05 leaves most such values unchanged)."""
-
-    kind: str = "none"
-    scale: float = 0.0
-    dtype: str = "float32"
-
-    @property
-    def active(self) -> bool:
-        return self.kind != "none" and self.scale > 0
-
-
-
-def aux_noise(noise: str, noise_scale: float, noise_dtype: str = "float32") -> AuxNoise:
-    """The noise of training rows from ``train.noise``, ``train.noise_scale`` and ``train.noise_dtype``."""
-    if noise_dtype not in ("float32", "storage"):
-        raise ValueError(f"noise_dtype must be float32 or storage, got {noise_dtype!r}")
-    return AuxNoise(noise, noise_scale if noise != "none" else 0.0, noise_dtype)
 
 
 def draw_aux_noise(shape, noise: AuxNoise, generator: torch.Generator) -> torch.Tensor:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 from tqdm import tqdm
@@ -35,8 +35,8 @@ from .model import Drafter
 from .sampling import SamplingRule, seeded_generator
 from .verifier import eos_ids, load_tokenizer, load_verifier
 from .metrics import acceptance_intervals, acceptance_summary, repeated_ngram_share, tokens_per_second
-from .stats import (LEVEL, RESAMPLES, Interval, acceptance_length_difference, paired_rate_ratio,
-                    paired_relative_difference, paired_speedup, ratio_of_sums)
+from .stats import (LEVEL, RESAMPLES, Interval, paired_rate_ratio,
+                    paired_speedup, ratio_of_sums)
 
 logger = logging.getLogger(__name__)
 
@@ -568,25 +568,3 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
 
 def _bracket(bounds: list[float]) -> str:
     return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
-
-
-class CheckpointComparison(NamedTuple):
-    """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
-    acceptance_length: Interval  # pooled AL
-    speedup: Interval  # paired speedups, each against the plain decodes beside it
-
-
-def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
-                        resamples: int = RESAMPLES) -> CheckpointComparison:
-    """Paired comparison of two speculative results files of the same prompts (e.g. Domino vs
-    DFlash noshift). Speedups rather than TPS are compared: each run's speculative seconds are
-    divided by the plain seconds measured beside them. Runs of one benchmark job share their
-    plain decodes, so this is then the ratio of their speculative times, all of one moment."""
-    pa, pb = result_a["prompts"], result_b["prompts"]
-    if [(r["task_id"], r["prompt_token_ids"]) for r in pa] != [(r["task_id"], r["prompt_token_ids"]) for r in pb]:
-        raise BenchmarkError(f"runs {result_a['run']!r} and {result_b['run']!r} decoded other prompts")
-    al = acceptance_length_difference([r["accepted_per_step"] for r in pa], [r["accepted_per_step"] for r in pb],
-                                      resamples, seed)
-    speed = paired_relative_difference([r["plain_seconds"] for r in pa], [r["seconds"] for r in pa],
-                                       [r["plain_seconds"] for r in pb], [r["seconds"] for r in pb], resamples, seed)
-    return CheckpointComparison(al, speed)

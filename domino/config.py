@@ -15,6 +15,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -486,3 +487,34 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -----------------------------------------------------------------------------
+# what the train.noise* keys mean (domino.batches draws the noise; the card describes it)
+
+
+class AuxNoise(NamedTuple):
+    """Noise added to the auxiliary states of training rows: ``uniform`` draws from
+    ``[-scale, scale)``, ``gaussian`` from ``N(0, scale^2)``; ``none`` (or scale 0) adds nothing.
+
+    ``dtype`` says where the sum is formed: ``float32`` adds the noise to the states cast to
+    float32; ``storage`` rounds the noise to the features' storage dtype and adds it there, so
+    the noisy states are rounded to that dtype (speculators PR 685 adds its noise after casting
+    the states to bf16, where a step between neighbouring values is 1/16 for 8 <= |x| < 16, so
+    noise of 0.05 leaves most such values unchanged)."""
+
+    kind: str = "none"
+    scale: float = 0.0
+    dtype: str = "float32"
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none" and self.scale > 0
+
+
+
+def aux_noise(noise: str, noise_scale: float, noise_dtype: str = "float32") -> AuxNoise:
+    """The noise of training rows from ``train.noise``, ``train.noise_scale`` and ``train.noise_dtype``."""
+    if noise_dtype not in ("float32", "storage"):
+        raise ValueError(f"noise_dtype must be float32 or storage, got {noise_dtype!r}")
+    return AuxNoise(noise, noise_scale if noise != "none" else 0.0, noise_dtype)

@@ -18,6 +18,10 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
+# the file that marks a verifier folder as random weights: written beside config.json by
+# domino.tools.random_verifier, read by the card (domino.card.scale) to say what the run is
+RANDOM_WEIGHTS_MARKER = "random_weights.json"
+
 SEAL_KEY = "content_sha256"  # a sealed JSON file's digest of the rest of its content
 MANIFEST = "SHA256SUMS.json"  # a folder's files and their sha256, and the rule that writes it
 

@@ -11,12 +11,23 @@ are frozen here and get no update at all).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .train import TrainConfig
+
+class OptimizerSettings(Protocol):
+    """The ``train.*`` keys the optimizers read (``domino.train.TrainConfig`` has them all)."""
+
+    optimizer: str  # "adamw" | "muon"
+    lr: float
+    betas: list[float]
+    weight_decay: float
+    muon_lr_scale: float
+    muon_weight_decay: float
+    muon_momentum: float
+    muon_ns_steps: int
+    muon_adjust_lr_fn: str
 
 
 def muon_parameter_names(model: torch.nn.Module) -> list[str]:
@@ -52,7 +63,7 @@ class Optimizers:
             opt.load_state_dict(st)
 
 
-def build_optimizers(model: torch.nn.Module, cfg: TrainConfig) -> Optimizers:
+def build_optimizers(model: torch.nn.Module, cfg: OptimizerSettings) -> Optimizers:
     """AdamW on every trainable parameter, or Muon on ``muon_parameter_names`` + AdamW on the rest."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     adamw = functools.partial(torch.optim.AdamW, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)

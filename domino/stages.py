@@ -485,10 +485,11 @@ _WHOLE_CONFIG = ("device", "verifier", "data", "drafter", "checkpoints", "featur
 @stage("report", (*_WHOLE_CONFIG, "train.replicates"), {"results": "param", "stage_benchmarks": "param",
                                                         "card": "output", "reproduction": "output"})
 def report_(cfg: StageConfig, results: str, stage_benchmarks: str, card: str, reproduction: str) -> None:
-    from .card import render as card_lib, report as report_lib
+    from .card import report as report_lib
+    from .card.paths import CardPaths
 
     config = {key: cfg.section(key) for key in (*_RUN, *_WHOLE_CONFIG)}
-    report_lib.build_report(config, results, card_lib.CardPaths(card, reproduction), stage_benchmarks)
+    report_lib.build_report(config, results, CardPaths(card, reproduction), stage_benchmarks)
 
 
 # -----------------------------------------------------------------------------

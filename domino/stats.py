@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -268,3 +268,25 @@ def implied_acceptance_length(conditional_accuracies) -> float:
     if np.any((acc < 0) | (acc > 1)):
         raise ValueError("accuracies must lie in [0, 1]")
     return float(1.0 + np.cumprod(acc).sum())
+
+
+class CheckpointComparison(NamedTuple):
+    """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
+    acceptance_length: Interval  # pooled AL
+    speedup: Interval  # paired speedups, each against the plain decodes beside it
+
+
+def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
+                        resamples: int = RESAMPLES) -> CheckpointComparison:
+    """Paired comparison of two speculative results files of the same prompts (e.g. Domino vs
+    DFlash noshift). Speedups rather than TPS are compared: each run's speculative seconds are
+    divided by the plain seconds measured beside them. Runs of one benchmark job share their
+    plain decodes, so this is then the ratio of their speculative times, all of one moment."""
+    pa, pb = result_a["prompts"], result_b["prompts"]
+    if [(r["task_id"], r["prompt_token_ids"]) for r in pa] != [(r["task_id"], r["prompt_token_ids"]) for r in pb]:
+        raise ValueError(f"runs {result_a['run']!r} and {result_b['run']!r} decoded other prompts")
+    al = acceptance_length_difference([r["accepted_per_step"] for r in pa], [r["accepted_per_step"] for r in pb],
+                                      resamples, seed)
+    speed = paired_relative_difference([r["plain_seconds"] for r in pa], [r["seconds"] for r in pa],
+                                       [r["plain_seconds"] for r in pb], [r["seconds"] for r in pb], resamples, seed)
+    return CheckpointComparison(al, speed)

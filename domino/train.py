@@ -28,8 +28,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .batches import (AuxNoise, PackedRows, SeedStream, aux_noise, keyed_generator, sample_anchors, slot_targets,
-                      valid_anchor_mask)
+from .batches import PackedRows, SeedStream, keyed_generator, sample_anchors, slot_targets, valid_anchor_mask
+from .config import AuxNoise, aux_noise
 from .io import atomic_path, write_json, write_jsonl
 from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce_terms
 from .optim import Optimizers, build_optimizers
@@ -55,9 +55,9 @@ class TrainConfig:
     anchors_per_row: int
     pack_len: int
     rows_per_step: int
-    noise: str  # see domino.batches.AuxNoise
+    noise: str  # see domino.config.AuxNoise
     noise_scale: float  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
-    noise_dtype: str  # "float32" | "storage": where the noise is added (domino.batches.AuxNoise)
+    noise_dtype: str  # "float32" | "storage": where the noise is added (domino.config.AuxNoise)
     loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.batches.LOSS_MASK_AT)
     optimizer: str  # see domino.optim
     weight_decay: float  # AdamW's, on the parameters AdamW updates

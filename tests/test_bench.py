@@ -9,10 +9,11 @@ import torch
 
 from conftest import tiny_drafter
 from domino.tools import bench_paired
-from domino.bench import (BenchmarkConfig, Decoding, Loaded, acceptance_fields, compare_checkpoints, divergence,
+from domino.bench import (BenchmarkConfig, Decoding, Loaded, acceptance_fields, divergence,
                           lossless_check, lossless_verdict, prompt_records, run_benchmark, speed_summary,
                           timed_decodes)
 from domino.decode import NeuralDraft, decode
+from domino.stats import compare_checkpoints
 from domino.embedded import build_embedded_verifier, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

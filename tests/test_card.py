@@ -12,7 +12,7 @@ from huggingface_hub import ModelCard
 from domino import stats
 from domino.card import claims, filters, plots, published, render, scale
 from domino.tools import compare
-from domino.bench import compare_checkpoints
+from domino.stats import compare_checkpoints
 from domino.config import validate_config
 from domino.stats import implied_acceptance_length
 

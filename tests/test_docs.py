@@ -122,3 +122,32 @@ def test_code_map_lists_every_module():
     listed = code_map()
     assert {m for m in listed if m.endswith(".py")} == modules
     assert all((pkg / m).exists() for m in listed), [m for m in listed if not (pkg / m).exists()]
+
+
+def test_the_hub_upload_lines_upload_what_the_card_links_to(micro_run):
+    """The README's ``hf upload`` lines, read against a finished run: each local path exists (the
+    export's is the export rule's output), the card goes up as README.md, and every local file
+    the card links to is among the uploads. The Hub itself is not reached."""
+    from fnmatch import fnmatch
+
+    block = re.search(r"<!-- hf-upload -->\n```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    uploads = [shlex.split(line) for line in block.strip().splitlines()]
+    assert uploads and all(a[:2] == ["hf", "upload"] and a[2] == "<user>/<repo>" for a in uploads)
+    in_repo = set()
+    for argv in uploads:
+        local, target = argv[3], argv[4]
+        includes = [argv[i + 1] for i, a in enumerate(argv) if a == "--include"]
+        if local.startswith("results/export/"):
+            assert "results/export/{checkpoint}" in (ROOT / "workflow" / "rules" / "export.smk").read_text()
+            continue
+        path = micro_run / local
+        if path.is_file():
+            in_repo.add(path.name if target == "." else target)
+        else:
+            matched = [p.name for p in path.iterdir() if any(fnmatch(p.name, pat) for pat in includes)]
+            assert len(matched) >= len(includes), (local, includes, matched)
+            in_repo |= set(matched)
+    assert "README.md" in in_repo
+    card = (micro_run / "reports" / "model_card.md").read_text()
+    links = {m for m in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", card) if "://" not in m}
+    assert links and links <= in_repo, links - in_repo

@@ -50,6 +50,11 @@ def run_stage(workdir: Path, stage: str, paths: dict, log: Path, **wildcards) ->
         os.chdir(old)
 
 
+def _last_line(text: str) -> str:
+    """A log's last line, its timestamp off: a failed stage's one-line error."""
+    return re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "", text.rstrip().splitlines()[-1])
+
+
 def _error_lines(log: Path) -> list[str]:
     """The stage's error lines in its log, timestamps off."""
     lines = log.read_text().splitlines()
@@ -173,7 +178,8 @@ def test_a_damaged_input_is_refused_in_one_line_before_any_output(damaged_runs, 
     rc, errors, text, left, tmp = damaged_runs[kind, how]
     rel, (stage, *_rest) = KINDS[kind]
     assert rc == 1, text[-2000:]
-    assert len(errors) == 1 and "Traceback" not in text, text[-2000:]
+    # one error line, the log's last; the traceback above it, in the log only
+    assert len(errors) == 1 and _last_line(text).startswith(f"domino {stage}: "), text[-2000:]
     line = errors[0]
     assert f" {rel} " in line, line
     assert re.search(r"delete \S+ and run the same command again \(rule \w+ (rebuilds it|re-extracts)|reinstall the "
@@ -285,7 +291,7 @@ def test_a_full_disk_leaves_no_partial_output_and_the_rerun_finishes(micro_run, 
     log = tmp_path / "full.log"
     assert run_stage(run, stage, paths, log, **wildcards) == 1
     errors = _error_lines(log)
-    assert len(errors) == 1 and "Traceback" not in log.read_text(), log.read_text()
+    assert len(errors) == 1 and _last_line(log.read_text()).startswith(f"domino {stage}: "), log.read_text()
     assert f"no space left on the device while writing {out}" in errors[0], errors
     assert "free some space and run the same command again" in errors[0]
     assert not (run / out).exists()
@@ -296,6 +302,60 @@ def test_a_full_disk_leaves_no_partial_output_and_the_rerun_finishes(micro_run, 
     after = {p.relative_to(run / out).as_posix() if (run / out).is_dir() else ".": p.read_bytes()
              for p in ([*sorted((run / out).rglob("*"))] if (run / out).is_dir() else [run / out]) if p.is_file()}
     assert after == before
+
+
+# -----------------------------------------------------------------------------
+# a stage that fails
+
+
+@pytest.mark.parametrize("error", [OSError("no such model\nsecond line"), KeyError("rope_type")])
+def test_any_stage_error_ends_its_log_in_one_line_with_the_traceback_above(micro_run, tmp_path, monkeypatch,
+                                                                            capsys, error):
+    """An error from a library, of any type, ends the log with one line (a multi-line message
+    joined); the traceback is in the log above it and not on the terminal."""
+    import domino.__main__ as entry
+
+    def fails(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(entry, "run_stage", fails)
+    stage, paths, wildcards, _outputs = REPORT
+    log = tmp_path / "report.log"
+    assert run_stage(micro_run, stage, paths, log, **wildcards) == 1
+    text = log.read_text()
+    message = " ".join(str(error).splitlines())
+    assert _last_line(text) == f"domino report: {type(error).__name__}: {message}"
+    assert "Traceback (most recent call last)" in text and text.index("Traceback") < text.rindex("domino report:")
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"domino report: {type(error).__name__}" in err
+
+
+def test_a_report_that_fails_keeps_the_last_card(micro_run, tmp_path):
+    """The report rule's outputs are update(): a damaged results file fails the report, and
+    Snakemake restores the card, its appendix, pages and plots as they were."""
+    run = copy_run(micro_run, tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in (run / "reports").iterdir() if p.is_file()}
+    result = run / "results" / "benchmark" / "domino.json"
+    result.write_bytes(result.read_bytes()[: result.stat().st_size // 2])
+    out = run_snakemake(run, "reports/model_card.md", *MICRO, check=False)
+    assert out.returncode != 0
+    assert {p.name: p.read_bytes() for p in (run / "reports").iterdir() if p.is_file()} == before
+    assert _last_line((run / "logs" / "report.log").read_text()).startswith("domino report: DamagedFile: ")
+
+
+def test_editing_a_card_template_reruns_the_report(micro_run, tmp_path):
+    """The templates are inputs of the report rule: one newer than the card plans the report
+    again (the card is made older here, which Snakemake reads the same way)."""
+    from domino.card.paths import template_files
+
+    run = copy_run(micro_run, tmp_path / "run")
+    assert "Nothing to be done" in (lambda o: o.stdout + o.stderr)(run_snakemake(run, "-n", "reports/model_card.md", *MICRO))
+    old = min(p.stat().st_mtime for p in template_files()) - 60
+    for p in (run / "reports").iterdir():
+        os.utime(p, (old, old))
+    text = (lambda o: o.stdout + o.stderr)(run_snakemake(run, "-n", "reports/model_card.md", *MICRO))
+    assert re.search(r"^report\s+1$", text, re.M), text[-2000:]
+    assert "model_card.md.j2" in text
 
 
 # -----------------------------------------------------------------------------

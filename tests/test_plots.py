@@ -27,6 +27,18 @@ def test_wilson_interval_hand_computed():
     assert plots.wilson_interval(0, 20).low == 0.0 and plots.wilson_interval(20, 20).high == 1.0
 
 
+def test_wilson_interval_always_holds_its_point():
+    """Every n up to 400, every count: the rate lies inside [low, high] within [0, 1], so no
+    error bar is negative. Unclamped, the bound at k = n lands below the rate for 109 values of n
+    and at k = 0 above it for 37."""
+    for n in range(1, 401):
+        for k in range(n + 1):
+            low, high = plots.wilson_interval(k, n)
+            assert 0.0 <= low <= k / n <= high <= 1.0, (k, n, low, high)
+    # the edge cases the clamp is for: all and none accepted give a bar of length 0 on that side
+    assert plots.wilson_interval(7, 7).high == 1.0 and plots.wilson_interval(0, 7).low == 0.0
+
+
 def test_steps_behind_conditional():
     s = {"steps": 200, "per_position_acceptance": [0.5, 0.1, 0.0]}
     assert plots.steps_behind_conditional(s) == [200, 100, 20]

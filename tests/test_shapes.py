@@ -1,11 +1,12 @@
-"""domino.shapes: Qwen3-0.6B's shape, the card's drafter, and the one Qwen3 config builder."""
+"""domino.shapes (Qwen3-0.6B's shape, the one Qwen3 config builder) and the tools' card drafter."""
 
 from pathlib import Path
 
 import yaml
 from transformers import Qwen3ForCausalLM
 
-from domino.shapes import CARD_DRAFTER, QWEN3_0_6B, card_drafter_config, qwen3_config
+from domino.shapes import QWEN3_0_6B, qwen3_config
+from domino.tools import CARD_DRAFTER, card_drafter_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

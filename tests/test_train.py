@@ -12,7 +12,8 @@ from torch import nn
 import domino.train as T
 from conftest import synthetic_features, tiny_drafter, tiny_verifier
 from domino.model import Drafter
-from domino.batches import AuxNoise, PackedRows, draw_aux_noise, keyed_generator, slot_targets, valid_anchor_mask
+from domino.config import AuxNoise
+from domino.batches import PackedRows, draw_aux_noise, keyed_generator, slot_targets, valid_anchor_mask
 from domino.optim import build_optimizers, muon_parameter_names
 from domino.train import Interrupted, TrainConfig, train, validate
 

@@ -21,13 +21,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..io import atomic_path
+from .paths import PLOTS
 
-PLOTS = {
-    "acceptance": "acceptance_per_position.png",
-    "conditional": "conditional_acceptance.png",
-    "loss": "training_loss.png",
-    "teacher_forced": "teacher_forced_vs_served.png",
-}
 MIN_STEPS = 100  # below this many steps a conditional ratio's 95% interval is wider than about +-10 pp
 FEW_STEPS_LABEL = f"hollow: fewer than {MIN_STEPS} steps"
 TITLE_CHARS_PER_INCH = 11  # at a 10-point title, about this many characters fit in an inch
@@ -50,13 +45,15 @@ class Interval(NamedTuple):
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> Interval:
-    """Wilson score interval of a binomial proportion (95% for z = 1.96); (0, 1) for no trials."""
+    """Wilson score interval of a binomial proportion (95% for z = 1.96); (0, 1) for no trials.
+    The interval always holds its point: at a rate of 0 or 1 the bound computed in floating point
+    can land a rounding error inside it, so the bounds are clamped to the rate as well as to [0, 1]."""
     if trials <= 0:
         return Interval(0.0, 1.0)
     p = successes / trials
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return Interval(max(0.0, centre - half), min(1.0, centre + half))
+    return Interval(max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 def _accepted_counts(summary: dict) -> list[int]:

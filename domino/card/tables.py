@@ -7,7 +7,7 @@ Conventions, stated once:
   card derives a few more from the per-prompt records with ``domino.stats``, with the file's
   own bootstrap settings (``summary.bootstrap``: resamples, seed, level): the sum of the
   per-position acceptances from position 4 on, the conditional acceptances, and paired
-  comparisons between checkpoints (``domino.bench.compare_checkpoints``).
+  comparisons between checkpoints (``domino.stats.compare_checkpoints``).
 * Draft position i is the i-th drafted token of a step, the token ``a+i+1`` after the anchor
   ``a``; validate's block slot with that target is the same token teacher-forced.
 * Seed replicates (``train.replicates``) are compared by their point estimates only: replicate r
@@ -23,9 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..bench import compare_checkpoints
 from ..config import split_replicate, trained_runs
-from ..stats import LEVEL, implied_acceptance_length, ratio_of_sums, zero_upper_bound
+from ..stats import LEVEL, compare_checkpoints, implied_acceptance_length, ratio_of_sums, zero_upper_bound
 
 
 class Estimate(NamedTuple):
@@ -134,7 +133,7 @@ class Comparison(NamedTuple):
 
 
 def compare(bench_a: dict, bench_b: dict) -> Comparison:
-    """Paired bootstrap (``domino.bench.compare_checkpoints``) over the prompts both runs decoded, with
+    """Paired bootstrap (``domino.stats.compare_checkpoints``) over the prompts both runs decoded, with
     A's bootstrap settings."""
     boot = bootstrap_settings(bench_a)
     c = compare_checkpoints(bench_a, bench_b, boot.seed, boot.resamples)

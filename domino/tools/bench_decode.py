@@ -28,12 +28,12 @@ import torch
 from transformers import DynamicCache, Qwen3ForCausalLM
 
 from ..bench import divergence
-from . import add_threads_argument, tool_parser, wait_policy
+from . import CARD_DRAFTER, add_threads_argument, card_drafter_config, tool_parser, wait_policy
 from ..common import DTYPES
 from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, decode
 from ..metrics import acceptance_summary
 from ..model import Drafter, DrafterConfig
-from ..shapes import CARD_DRAFTER, card_drafter_config, qwen3_config
+from ..shapes import qwen3_config
 from ..verifier import load_verifier
 from ..vocab import mappings
 

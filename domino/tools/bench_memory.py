@@ -1,6 +1,6 @@
 """Training-step memory and time at the card's shapes: ``python -m domino.tools.bench_memory``.
 
-Builds the card's drafter (``domino.shapes.CARD_DRAFTER`` over Qwen3-0.6B's shape: hidden 1024,
+Builds the card's drafter (``domino.tools.CARD_DRAFTER`` over Qwen3-0.6B's shape: hidden 1024,
 16 heads of 128, vocabulary 151,936; 3 draft layers, block 8, aux layers [1, 13, 25], draft
 vocabulary 32,000, Domino head GRU 1024 / bottleneck 256) with random weights, and runs a few optimizer steps through
 ``domino.train.train`` (the train stage's own code) on random features of one packed row
@@ -27,10 +27,9 @@ import torch
 
 from ..common import DTYPES
 from ..model import Drafter
-from ..shapes import card_drafter_config
 from ..train import TrainConfig, train
 from ..vocab import mappings
-from . import tool_parser
+from . import card_drafter_config, tool_parser
 
 
 @dataclass

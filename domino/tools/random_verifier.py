@@ -21,8 +21,7 @@ import torch
 from transformers import AutoTokenizer, Qwen3ForCausalLM
 
 from ..common import DTYPES
-from ..io import atomic_dir, write_json
-from ..card.scale import RANDOM_WEIGHTS_MARKER
+from ..io import RANDOM_WEIGHTS_MARKER, atomic_dir, write_json
 from ..shapes import qwen3_config
 from . import tool_parser
 

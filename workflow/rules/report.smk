@@ -1,4 +1,4 @@
-from domino.card.plots import PLOTS  # the plots' file names: the card links to them
+from domino.card.paths import PLOTS, template_files  # the plots' file names and the card's templates
 
 
 rule report:
@@ -14,17 +14,21 @@ rule report:
         drafter_configs=expand("results/train/{checkpoint}/checkpoint/drafter_config.json", checkpoint=CHECKPOINTS),
         vllm=vllm_outputs,
         sampling=sampling_outputs,
+        # the card's Jinja2 templates (domino/card/templates): editing one reruns the report
+        templates=template_files(),
+    # every output is update(): Snakemake keeps the last version and restores it when the job
+    # fails, so a report that does not render leaves the last card in place
     output:
-        card="reports/model_card.md",
-        reproduction="reports/reproduction.md",
-        # written beside the card by the same job (domino.card.render.CardPaths): the appendix, and an
+        card=update("reports/model_card.md"),
+        reproduction=update("reports/reproduction.md"),
+        # written beside the card by the same job (domino.card.paths.CardPaths): the appendix, and an
         # HTML page of each Markdown file, which Snakemake's HTML report shows rendered
-        appendix="reports/model_card_appendix.md",
-        **{f"{Path(name).stem}_html": report(f"reports/{Path(name).stem}.html",
-                                             caption=f"../report/{Path(name).stem}.rst", category="Model card")
+        appendix=update("reports/model_card_appendix.md"),
+        **{f"{Path(name).stem}_html": update(report(f"reports/{Path(name).stem}.html",
+                                                    caption=f"../report/{Path(name).stem}.rst", category="Model card"))
            for name in ("model_card.md", "model_card_appendix.md", "reproduction.md")},
         # the plots; declared so that Snakemake's HTML report shows them
-        **{key: report(f"reports/{name}", caption=f"../report/{Path(name).stem}.rst", category="Plots")
+        **{key: update(report(f"reports/{name}", caption=f"../report/{Path(name).stem}.rst", category="Plots"))
            for key, name in PLOTS.items()},
     params:
         **stage_params("report"),

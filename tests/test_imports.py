@@ -1,0 +1,132 @@
+"""The walls the README's code map states, kept by the imports of ``domino/``: no import circle,
+the algorithm importing nothing from the pipeline, the card or the tools, the card reading results
+files and never models, and nothing outside the tools importing them. Every import counts, those
+inside functions and under ``TYPE_CHECKING`` included."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from test_docs import code_map
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "domino"
+# what the card may import from the package besides itself: plumbing that reads files and numbers
+CARD_MAY_IMPORT = {"domino", "domino.common", "domino.config", "domino.io", "domino.stats"}
+PIPELINE = ("domino.stages", "domino.__main__", "domino.card", "domino.tools")
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in PKG.rglob("*.py")}
+
+
+def _imports(name: str) -> set[str]:
+    """The package's modules that module ``name`` imports (``from . import x`` names module x)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found |= {f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target for a in node.names}
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_is_read():
+    """Not vacuous: known edges are found, and a circle is found where one is made."""
+    assert "domino.model" in GRAPH["domino.bench"] and "domino.card.paths" in GRAPH["domino.card.render"]
+    assert _circles({**GRAPH, "domino.model": GRAPH["domino.model"] | {"domino.bench"}})
+
+
+def test_no_import_circle():
+    assert _circles(GRAPH) == []
+
+
+def _role(name: str) -> str:
+    """A module's role line in the README's code map."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Code map", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    role = ""
+    for line in block.splitlines():
+        if not line.startswith(" "):
+            role = line.split("  ")[0].strip()
+        elif line.split()[0] == name:
+            return role
+    raise AssertionError(f"{name} is not in the code map")
+
+
+def test_the_algorithm_imports_nothing_from_the_pipeline_the_card_or_the_tools():
+    algorithm = [m for m, p in MODULES.items() if p.parent == PKG and p.name != "__init__.py"
+                 and _role(p.name) == "the algorithm"]
+    assert {"domino.model", "domino.decode", "domino.loss"} <= set(algorithm)
+    bad = {m: sorted(d for d in GRAPH[m] if d.startswith(PIPELINE)) for m in algorithm}
+    assert not any(bad.values()), bad
+
+
+def test_the_card_reads_results_never_models():
+    card = [m for m in MODULES if m.startswith("domino.card")]
+    bad = {m: sorted(d for d in GRAPH[m] if not d.startswith("domino.card") and d not in CARD_MAY_IMPORT)
+           for m in card}
+    assert not any(bad.values()), bad
+    # and in a fresh interpreter: importing every card module loads neither transformers nor the model
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in sorted(card))
+            + "print(sorted(m for m in ('transformers', 'domino.model', 'domino.bench') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_only_the_tools_import_the_tools():
+    bad = {m: sorted(d for d in GRAPH[m] if d.startswith("domino.tools"))
+           for m in MODULES if not m.startswith("domino.tools")}
+    assert not any(bad.values()), bad
+
+
+def test_the_workflow_names_the_report_files_without_matplotlib():
+    """Every Snakemake call reads the report rule's file names: their module loads no plotting."""
+    code = "import sys, domino.card.paths; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+    assert "domino.card.paths" in (ROOT / "workflow" / "rules" / "report.smk").read_text()
+    assert "card/paths.py" in code_map()
