@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_JOBS, copy_repo, planned_jobs, run_snakemake
+from conftest import DEFAULT_JOBS, MICRO, copy_repo, planned_jobs, run_snakemake
 
 CHECKPOINTS = ["dflash-shift", "dflash-noshift", "domino"]
 
@@ -363,3 +363,16 @@ def test_two_runs_are_identical_timing_aside(micro_run, tmp_path):
     data[-1] ^= 1
     w.write_bytes(bytes(data))
     assert any("domino/checkpoint/model.safetensors" in d for d in compare_runs(micro_run, again))
+
+
+def test_snakemake_lint_finds_only_the_missing_conda_environments(tmp_path):
+    """``snakemake --lint``: every finding is the per-rule conda/container one (the environment
+    is the package's); no param is a hard-coded path prefix, no rule file mixes rules and
+    functions, no absolute path."""
+    repo = copy_repo(tmp_path)
+    out = run_snakemake(repo, "--lint", *MICRO, check=False)
+    text = out.stdout + out.stderr
+    findings = [ln.strip()[2:] for ln in text.splitlines() if ln.startswith("    * ")]
+    assert len(findings) >= 10, text[-3000:]  # one per rule at least: the check ran
+    assert all(f.startswith("Specify a conda environment or container") for f in findings), \
+        sorted({f for f in findings if not f.startswith("Specify a conda")})

@@ -5,14 +5,14 @@
 
 rule benchmark:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         weights=expand("results/train/{run}/checkpoint/model.safetensors", run=TRAINED),
     output:
         baseline="results/benchmark/baseline.json",
         outs=expand("results/benchmark/{run}.json", run=TRAINED),
     params:
         **stage_params("benchmark"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
         runs=TRAINED,
         checkpoint_dirs=parents("weights"),
     log:

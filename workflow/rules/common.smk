@@ -38,7 +38,7 @@ TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else VERIFIER_INPUT
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
 VLLM = config["vllm"]
 # A relative vllm.python (.venv-vllm/bin/python) is read from the checkout, whatever --directory says.
-_VLLM_EXE = VLLM["python"] and (VLLM["python"] if "/" not in VLLM["python"] or os.path.isabs(VLLM["python"])
+_VLLM_EXE = VLLM["python"] and (VLLM["python"] if os.sep not in VLLM["python"] or os.path.isabs(VLLM["python"])
                                 else os.path.join(workflow.basedir, VLLM["python"]))
 VLLM_PYTHON = f"PYTHONPATH={workflow.basedir}${{PYTHONPATH:+:$PYTHONPATH}} {_VLLM_EXE}" if VLLM["python"] else None
 VLLM_DOMINO = f"{VLLM_PYTHON} -m domino"  # the launcher of the stages that run under vLLM
@@ -80,6 +80,40 @@ def parent(key, namespace="output"):
 def parents(key):
     """A list param: the folder of each of the rule's input files `key` (one checkpoint per run)."""
     return lambda wc, input: [str(Path(f).parent) for f in getattr(input, key)]
+
+
+def _first(files):
+    """The one file of a named input that holds one (Snakemake may hand over a list or a string)."""
+    return files if isinstance(files, str) else files[0]
+
+
+def verifier_path(wc, input):
+    """The verifier param: this run's own checkpoint, read off the rule's named input `verifier`
+    (so that the path follows the input where the file system is not shared), or the hub id."""
+    return _first(input.verifier) if VERIFIER_INPUT else VERIFIER
+
+
+def tokenizer_path(wc, input):
+    """The tokenizer param of data preparation: the rule's named input `tokenizer`, or the hub id."""
+    return _first(input.tokenizer) if TOKENIZER_INPUT else TOKENIZER
+
+
+def train_launcher():
+    """One process, or torchrun data parallelism when train.nproc_per_node > 1."""
+    n = config["train"]["nproc_per_node"]
+    return "python -m domino" if n == 1 else f"torchrun --standalone --nproc_per_node {n} -m domino"
+
+
+TEMPERATURES = [f"{t:g}" for t in config["benchmark"]["temperatures"] if t > 0]  # benchmark.temperatures, T > 0
+
+
+def sampling_outputs(wc=None):
+    return expand("results/sampling/T{temperature}/{run}.json", temperature=TEMPERATURES, run=["baseline"] + CHECKPOINTS)
+
+
+def results_dir(wc, input):
+    """The report's results folder, read off its input (results/prepare_data/summary.json)."""
+    return str(Path(input.summary).parent.parent)
 
 
 def vllm_outputs(wc=None):
@@ -130,7 +164,7 @@ LOCK_OWNER = Path(".snakemake/domino-lock-owner.json")
 def _process_start(pid):
     """The process's start time (Linux /proc), None where it cannot be read."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return Path(os.sep, "proc", str(pid), "stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
 

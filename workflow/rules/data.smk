@@ -1,13 +1,13 @@
 rule prepare_data:
     input:
-        TOKENIZER_INPUT,
+        tokenizer=TOKENIZER_INPUT,
     output:
         train="results/prepare_data/train.jsonl",
         val="results/prepare_data/val.jsonl",
         summary="results/prepare_data/summary.json",
     params:
         **stage_params("prepare_data"),
-        tokenizer=TOKENIZER,
+        tokenizer=tokenizer_path,
     log:
         "logs/prepare_data.log",
     benchmark:
@@ -18,7 +18,7 @@ rule prepare_data:
 
 rule regenerate:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         data="results/prepare_data/{split}.jsonl",
     output:
         out="results/regenerate/{split}.jsonl",
@@ -27,7 +27,7 @@ rule regenerate:
         split="train|val",
     params:
         **stage_params("regenerate"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
     log:
         "logs/regenerate/{split}.log",
     benchmark:
@@ -38,14 +38,14 @@ rule regenerate:
 
 rule draft_vocab:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         train=TRAINING_DATA.format(split="train"),
     output:
         vocab="results/draft_vocab/vocab.safetensors",
         summary="results/draft_vocab/vocab.json",
     params:
         **stage_params("draft_vocab"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
     log:
         "logs/draft_vocab.log",
     shell:

@@ -1,6 +1,6 @@
 rule export:
     input:
-        VERIFIER_INPUT,  # the export names it as its verifier (name_or_path)
+        verifier=VERIFIER_INPUT,  # the export names it as its verifier (name_or_path)
         weights="results/train/{checkpoint}/checkpoint/model.safetensors",
         drafter_config="results/train/{checkpoint}/checkpoint/drafter_config.json",
     output:
@@ -9,7 +9,7 @@ rule export:
         checkpoint="|".join(CHECKPOINTS),
     params:
         **stage_params("export"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
         checkpoint_dir=parent("weights", "input"),
     log:
         "logs/export/{checkpoint}.log",

@@ -1,6 +1,6 @@
 rule extract_hidden_states:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         data=TRAINING_DATA,
         vocab="results/draft_vocab/vocab.safetensors",
     output:
@@ -9,7 +9,7 @@ rule extract_hidden_states:
         split="train|val",
     params:
         **stage_params("extract_hidden_states"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
     log:
         "logs/extract_hidden_states/{split}.log",
     benchmark:

@@ -32,7 +32,7 @@ rule report:
            for key, name in PLOTS.items()},
     params:
         **stage_params("report"),
-        results="results",
+        results=results_dir,
         stage_benchmarks="benchmarks",
     log:
         "logs/report.log",

@@ -2,16 +2,11 @@
 # benchmark): one job per T decodes every prompt by plain sampling and by each checkpoint's
 # speculative sampling, with the same seeds. results/sampling/T<T>/<run>.json, as the greedy files.
 
-TEMPERATURES = [f"{t:g}" for t in config["benchmark"]["temperatures"] if t > 0]
-
-
-def sampling_outputs(wc=None):
-    return expand("results/sampling/T{temperature}/{run}.json", temperature=TEMPERATURES, run=["baseline"] + CHECKPOINTS)
-
+# (TEMPERATURES and sampling_outputs: common.smk)
 
 rule sampling:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         weights=expand("results/train/{run}/checkpoint/model.safetensors", run=CHECKPOINTS),
     output:
         baseline="results/sampling/T{temperature}/baseline.json",
@@ -20,7 +15,7 @@ rule sampling:
         temperature="[0-9.]+",
     params:
         **stage_params("sampling"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
         runs=CHECKPOINTS,
         checkpoint_dirs=parents("weights"),
     log:

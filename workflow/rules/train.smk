@@ -1,12 +1,6 @@
-def train_launcher():
-    """One process, or torchrun data parallelism when train.nproc_per_node > 1."""
-    n = config["train"]["nproc_per_node"]
-    return "python -m domino" if n == 1 else f"torchrun --standalone --nproc_per_node {n} -m domino"
-
-
 rule train:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         vocab="results/draft_vocab/vocab.safetensors",
         features="results/extract_hidden_states/train/index.json",
     output:
@@ -18,7 +12,7 @@ rule train:
         checkpoint="|".join(TRAINED),  # a seed replicate (domino-seed1) trains as its checkpoint, seed + r
     params:
         **stage_params("train"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
         checkpoint_dir=parent("weights"),
         state_dir="results/train/{checkpoint}/state",  # resumable state: kept when a job is interrupted
     log:

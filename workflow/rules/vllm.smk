@@ -7,13 +7,13 @@
 
 rule vllm_benchmark_baseline:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         ours="results/benchmark/baseline.json",
     output:
         out="results/vllm_benchmark/baseline.json",
     params:
         **stage_params("vllm_benchmark_baseline"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
     log:
         "logs/vllm_benchmark/baseline.log",
     benchmark:
@@ -24,7 +24,7 @@ rule vllm_benchmark_baseline:
 
 rule vllm_benchmark:
     input:
-        VERIFIER_INPUT,
+        verifier=VERIFIER_INPUT,
         ours="results/benchmark/{run}.json",
         baseline="results/vllm_benchmark/baseline.json",
         export="results/export/{run}",
@@ -35,7 +35,7 @@ rule vllm_benchmark:
         run="|".join(VLLM_RUNS[1:]),
     params:
         **stage_params("vllm_benchmark"),
-        verifier=VERIFIER,
+        verifier=verifier_path,
         checkpoint_dir=parent("weights", "input"),
     log:
         "logs/vllm_benchmark/{run}.log",
