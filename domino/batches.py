@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 
 from .config import AuxNoise
-from .data import pack
 
 # train.loss_mask_at: the offset, from a block slot's input position a+k, of the position whose
 # loss mask gates the slot; the anchor (slot 0, input a) is valid where that position is an
@@ -43,6 +42,22 @@ def draw_aux_noise(shape, noise: AuxNoise, generator: torch.Generator) -> torch.
     if noise.kind == "uniform":
         return torch.rand(shape, generator=generator).mul_(2).sub_(1).mul_(noise.scale)
     raise ValueError(f"no noise to draw for kind {noise.kind!r}")
+
+
+def pack(lengths: list[int], pack_len: int):
+    """Next-fit packing in order: lists of sequence indices whose lengths sum to <= pack_len
+    (a sequence longer than pack_len gets a row of its own and is cut there)."""
+    packs, cur, used = [], [], 0
+    for i, length in enumerate(lengths):
+        n = min(length, pack_len)
+        if cur and used + n > pack_len:
+            packs.append(cur)
+            cur, used = [], 0
+        cur.append(i)
+        used += n
+    if cur:
+        packs.append(cur)
+    return packs
 
 
 class PackedRows:

@@ -321,23 +321,3 @@ def write_prepared(split: tuple[list[dict], list[dict]], train_path, val_path, s
                "data_sha256": digest, "python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"]}
     io.write_json(summary_path, summary)
     return summary
-
-
-# -----------------------------------------------------------------------------
-# packing
-
-
-def pack(lengths: list[int], pack_len: int):
-    """Next-fit packing in order: lists of sequence indices whose lengths sum to <= pack_len
-    (a sequence longer than pack_len gets a row of its own and is cut there)."""
-    packs, cur, used = [], [], 0
-    for i, length in enumerate(lengths):
-        n = min(length, pack_len)
-        if cur and used + n > pack_len:
-            packs.append(cur)
-            cur, used = [], 0
-        cur.append(i)
-        used += n
-    if cur:
-        packs.append(cur)
-    return packs
