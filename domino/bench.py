@@ -34,14 +34,24 @@ from .io import write_json
 from .model import Drafter
 from .sampling import SamplingRule, seeded_generator
 from .verifier import eos_ids, load_tokenizer, load_verifier
-from .metrics import acceptance_intervals, acceptance_summary, repeated_ngram_share, tokens_per_second
-from .stats import (LEVEL, RESAMPLES, Interval, paired_rate_ratio,
+from .acceptance import acceptance_summary
+from .stats import (LEVEL, RESAMPLES, Interval, acceptance_intervals, paired_rate_ratio,
                     paired_speedup, ratio_of_sums)
 
 logger = logging.getLogger(__name__)
 
 TIMING = ("paired: every decoder on each prompt back to back, the order rotated cyclically from one prompt to the "
           "next, garbage collection off while a decode is timed, one untimed warm-up of a full block per decoder")
+
+
+def tokens_per_second(new_tokens: int, seconds: float) -> float:
+    return new_tokens / seconds if seconds > 0 else 0.0
+
+
+def repeated_ngram_share(tokens: list[int], n: int = 4) -> float:
+    """Share of a sequence's n-grams that repeat an earlier one: 0 for no repetition, near 1 for a loop."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
 class BenchmarkError(RuntimeError):
@@ -396,7 +406,7 @@ def speed_summary(timings: list[PromptTiming], seed: int, greedy: bool = True) -
 
 
 def acceptance_fields(timings: list[PromptTiming], drafts_per_step: int, seed: int) -> dict:
-    """Acceptance (``domino.metrics``) with intervals; the plain baseline's trivial values."""
+    """Acceptance (``domino.acceptance``) with intervals; the plain baseline's trivial values."""
     if drafts_per_step == 0:
         new_tokens = sum(len(t.plain.new_token_ids) for t in timings)
         return {"acceptance_length": 1.0, "acceptance_length_ci": [1.0, 1.0],

@@ -34,6 +34,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .acceptance import position_counts
+
 # Bootstrap resamples. On the default run's 164 prompts the 95% bounds of the pooled AL move by
 # about 0.0015 (standard deviation over bootstrap seeds) at 2000 and 0.0025 at 500: well under
 # the interval's own width (about 0.08), for a cost of about 0.2 s per results file.
@@ -208,10 +210,10 @@ def acceptance_length_per_prompt_mean(accepted_per_step: list[list[int]], resamp
 def per_position_acceptance(accepted_per_step: list[list[int]], drafts_per_step: int, resamples: int = RESAMPLES,
                             seed: int = 0, level: float = LEVEL) -> list[Interval]:
     """a_i, the share of all steps with at least i+1 accepted drafts (pooled, as
-    ``domino.metrics.acceptance_summary``), i = 0..drafts_per_step-1, with one interval each:
+    ``domino.acceptance.acceptance_summary``), i = 0..drafts_per_step-1, with one interval each:
     BCa, or ``[0, zero_upper_bound(prompts with a step)]`` where no step accepted position i."""
     steps, _ = _steps_and_accepted(accepted_per_step)
-    at_least = np.array([[sum(c > i for c in p) for i in range(drafts_per_step)] for p in accepted_per_step],
+    at_least = np.array([position_counts(p, drafts_per_step) for p in accepted_per_step],
                         dtype=float).reshape(len(accepted_per_step), drafts_per_step)  # (n, D)
     out = bootstrap_each(_ratio_of_sums(at_least, steps), len(steps), resamples, seed, level)
     upper = zero_upper_bound(int((steps > 0).sum()), level)
@@ -290,3 +292,20 @@ def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
     speed = paired_relative_difference([r["plain_seconds"] for r in pa], [r["seconds"] for r in pa],
                                        [r["plain_seconds"] for r in pb], [r["seconds"] for r in pb], resamples, seed)
     return CheckpointComparison(al, speed)
+
+
+def acceptance_intervals(accepted_per_step: list[list[int]], drafts_per_step: int, resamples: int = RESAMPLES,
+                         seed: int = 0) -> dict:
+    """95% bootstrap intervals over prompts for ``acceptance_summary``'s figures,
+    and the second acceptance-length definition.
+
+    Returns ``acceptance_length_ci`` ([low, high] of the pooled AL), ``acceptance_length_per_prompt_mean``
+    (the mean over prompts with a step of ``1 + accepted / steps``, z-lab's DFlash definition)
+    with ``acceptance_length_per_prompt_mean_ci``, and ``per_position_acceptance_ci`` (one
+    [low, high] per position)."""
+    pooled = acceptance_length_pooled(accepted_per_step, resamples, seed)
+    per_prompt = acceptance_length_per_prompt_mean(accepted_per_step, resamples, seed)
+    positions = per_position_acceptance(accepted_per_step, drafts_per_step, resamples, seed)
+    return {"acceptance_length_ci": pooled.bounds(), "acceptance_length_per_prompt_mean": per_prompt.estimate,
+            "acceptance_length_per_prompt_mean_ci": per_prompt.bounds(),
+            "per_position_acceptance_ci": [i.bounds() for i in positions]}

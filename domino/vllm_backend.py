@@ -32,12 +32,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .bench import BenchmarkError, rotation, timed, untimed_tokens
+from .bench import BenchmarkError, rotation, timed, tokens_per_second, untimed_tokens
 from .common import hardware
 from .decode import DecodeResult, NeuralDraft, decode
 from .features import shard_tensors
 from .io import read_json, write_json
-from .metrics import acceptance_from_counts, acceptance_summary, tokens_per_second
+from .acceptance import acceptance_from_counts, acceptance_summary, position_counts
 from .model import Drafter
 from .stats import RESAMPLES, paired_rate_ratio, paired_speedup
 from .verifier import eos_ids, load_tokenizer, load_verifier
@@ -144,7 +144,7 @@ def _counts_between(before: tuple[int, list[int]], after: tuple[int, list[int]])
 def counts_of_steps(accepted_per_step: list[int], drafts_per_step: int) -> dict:
     """Our loop's steps as vLLM's counters count them: steps, and steps accepting > i drafts."""
     return {"drafts": len(accepted_per_step),
-            "accepted_per_position": [sum(a > i for a in accepted_per_step) for i in range(drafts_per_step)]}
+            "accepted_per_position": position_counts(accepted_per_step, drafts_per_step)}
 
 
 def vllm_greedy(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> list[DecodeResult]:

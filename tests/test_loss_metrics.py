@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from domino.loss import lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce
-from domino.metrics import acceptance_from_counts, acceptance_summary
+from domino.acceptance import acceptance_from_counts, acceptance_summary
 
 
 def test_slot_weights_by_hand():
@@ -78,7 +78,7 @@ def test_acceptance_summary_by_hand():
 
 
 def test_repeated_ngram_share_by_hand():
-    from domino.metrics import repeated_ngram_share
+    from domino.bench import repeated_ngram_share
 
     assert repeated_ngram_share([1, 2, 3, 4, 5, 6], 4) == 0.0  # 3 distinct 4-grams
     # [1,2,1,2,1,2]: 4-grams (1,2,1,2), (2,1,2,1), (1,2,1,2): 2 distinct of 3
@@ -101,7 +101,7 @@ def test_acceptance_from_position_counters_by_hand():
 
 def test_acceptance_intervals_by_hand(monkeypatch):
     from domino import stats
-    from domino.metrics import acceptance_intervals
+    from domino.stats import acceptance_intervals
 
     monkeypatch.setattr(stats, "METHOD", "percentile")  # the hand-worked percentile quantiles of tests/test_stats.py
 

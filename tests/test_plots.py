@@ -40,9 +40,14 @@ def test_wilson_interval_always_holds_its_point():
 
 
 def test_steps_behind_conditional():
-    s = {"steps": 200, "per_position_acceptance": [0.5, 0.1, 0.0]}
-    assert plots.steps_behind_conditional(s) == [200, 100, 20]
-    assert plots.steps_behind_conditional({"steps": 10, "per_position_acceptance": []}) == []
+    """Counted from the per-prompt records: 200 steps, 100 accepting at least one draft, 20 at
+    least two, none three."""
+    prompts = [{"accepted_per_step": [1] * 40 + [0] * 60}, {"accepted_per_step": [2] * 20 + [1] * 40 + [0] * 40}]
+    bench = {"summary": {"steps": 200, "per_position_acceptance": [0.5, 0.1, 0.0]}, "prompts": prompts}
+    assert plots.steps_behind_conditional(bench) == [200, 100, 20]
+    assert plots._accepted_counts(bench) == [100, 20, 0]
+    empty = {"summary": {"steps": 10, "per_position_acceptance": []}, "prompts": [{"accepted_per_step": [0] * 10}]}
+    assert plots.steps_behind_conditional(empty) == []
 
 
 def test_axes_fit_the_data(res):

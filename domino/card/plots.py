@@ -20,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..acceptance import position_counts
 from ..io import atomic_path
 from .paths import PLOTS
 
@@ -56,15 +57,19 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> Interval:
     return Interval(max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
-def _accepted_counts(summary: dict) -> list[int]:
-    """Steps with at least i+1 accepted drafts, i = 0..drafts-1 (per-position rates times steps)."""
-    return [round(a * summary["steps"]) for a in summary["per_position_acceptance"]]
+def _accepted_counts(bench: dict) -> list[int]:
+    """Per draft position, the steps that accepted it (``domino.acceptance.position_counts``),
+    counted from the results file's per-prompt records."""
+    counts = [c for p in bench["prompts"] for c in p["accepted_per_step"]]
+    return position_counts(counts, len(bench["summary"]["per_position_acceptance"]))
 
 
-def steps_behind_conditional(summary: dict) -> list[int]:
+def steps_behind_conditional(bench: dict) -> list[int]:
     """How many steps each conditional ratio rests on: all steps at position 0, then the steps that
     accepted every earlier draft."""
-    return [summary["steps"], *_accepted_counts(summary)[:-1]] if summary["per_position_acceptance"] else []
+    if not bench["summary"]["per_position_acceptance"]:
+        return []
+    return [bench["summary"]["steps"], *_accepted_counts(bench)[:-1]]
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -105,8 +110,8 @@ def conditional_plot(res: dict, rows: list[dict]) -> Figure:
     ax, ax_n = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2.2, 1]})
     highs, any_few = [], False
     for j, r in enumerate(rows):
-        s = res["benchmark"][r["name"]]["summary"]
-        counts, trials = _accepted_counts(s), steps_behind_conditional(s)
+        bench = res["benchmark"][r["name"]]
+        counts, trials = _accepted_counts(bench), steps_behind_conditional(bench)
         xs = [i + (j - (len(rows) - 1) / 2) * 0.12 for i in range(len(trials))]
         ivs = [wilson_interval(k, n) for k, n in zip(counts, trials)]
         ok = [i for i, n in enumerate(trials) if n >= MIN_STEPS]

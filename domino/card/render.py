@@ -116,7 +116,7 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
         "is_ref": ckpt == COMPARE_TO,
         "pos": [None if e is None else e.value for e in pos_est],
         "cond": [None if e is None else e.value for e in cond_est],
-        "cond_steps": steps_behind_conditional(s),
+        "cond_steps": steps_behind_conditional(bench),
         "cost": step_cost(s, _plain_seconds_per_token(res, ckpt)),
         "steps": train["steps"], "epochs": train["epochs"], "train_seconds": train["seconds"],
     }

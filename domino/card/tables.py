@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..acceptance import steps_accepting
 from ..config import split_replicate, trained_runs
 from ..stats import LEVEL, compare_checkpoints, implied_acceptance_length, ratio_of_sums, zero_upper_bound
 
@@ -83,7 +84,7 @@ def _accepted(bench: dict) -> list[list[int]]:
 
 def _at_least(accepted: list[list[int]], k: int) -> np.ndarray:
     """(n,) per prompt: steps with at least k accepted drafts (k = 0: all steps)."""
-    return np.array([sum(c >= k for c in p) for p in accepted], dtype=float)
+    return np.array([steps_accepting(p, k) for p in accepted], dtype=float)
 
 
 def tail_estimate(bench: dict, start: int = 4) -> Estimate | None:

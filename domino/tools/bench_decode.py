@@ -31,7 +31,7 @@ from ..bench import divergence
 from . import CARD_DRAFTER, add_threads_argument, card_drafter_config, tool_parser, wait_policy
 from ..common import DTYPES
 from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, decode
-from ..metrics import acceptance_summary
+from ..acceptance import acceptance_summary
 from ..model import Drafter, DrafterConfig
 from ..shapes import qwen3_config
 from ..verifier import load_verifier

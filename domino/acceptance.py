@@ -1,13 +1,29 @@
-"""Acceptance metrics from per-step records, pooled over prompts.
+"""Acceptance counting: the one home of the rule every acceptance figure is built on.
 
 A recorded step verified a block of drafts; ``accepted`` is how many of them the verifier
 kept, counted as vLLM counts (``domino.decode``: before the output is cut at EOS or at the
-token budget; a step with no drafts is not recorded). ``AL = 1 + accepted / steps``.
+token budget; a step with no drafts is not recorded). Acceptance is a prefix, so **the steps
+accepting draft position i are the steps with at least i+1 accepted drafts**
+(``steps_accepting``); vLLM's per-position counters, the per-position rates ``a_i``, the
+conditional rates ``a_i / a_(i-1)``, their intervals (``domino.stats``), the card's tables and
+plots and the vLLM counter check all count with it. ``AL = 1 + accepted / steps``.
 """
 
 from __future__ import annotations
 
-from .stats import RESAMPLES, acceptance_length_per_prompt_mean, acceptance_length_pooled, per_position_acceptance
+from collections.abc import Iterable
+
+
+def steps_accepting(accepted_counts: Iterable[int], k: int) -> int:
+    """Steps with at least ``k`` accepted drafts (``k = 0``: every step); the steps that accepted
+    draft position ``k - 1``."""
+    return sum(c >= k for c in accepted_counts)
+
+
+def position_counts(accepted_counts: list[int], drafts_per_step: int) -> list[int]:
+    """Per draft position i = 0..drafts_per_step-1, the steps that accepted it: vLLM's
+    ``accepted_per_position`` counters."""
+    return [steps_accepting(accepted_counts, i + 1) for i in range(drafts_per_step)]
 
 
 def acceptance_summary(accepted_per_step: list[list[int]], drafts_per_step: int) -> dict:
@@ -24,8 +40,7 @@ def acceptance_summary(accepted_per_step: list[list[int]], drafts_per_step: int)
         raise ValueError("no speculative steps to summarise")
     if any(c < 0 or c > drafts_per_step for c in counts):
         raise ValueError(f"accepted counts must lie in 0..{drafts_per_step}")
-    return acceptance_from_counts(steps, [sum(c >= i + 1 for c in counts) for i in range(drafts_per_step)],
-                                  drafts_per_step)
+    return acceptance_from_counts(steps, position_counts(counts, drafts_per_step), drafts_per_step)
 
 
 def acceptance_from_counts(steps: int, accepted_per_position: list[int], drafts_per_step: int) -> dict:
@@ -49,30 +64,3 @@ def acceptance_from_counts(steps: int, accepted_per_position: list[int], drafts_
         prev = a
     return {"acceptance_length": 1.0 + accepted / steps, "per_position_acceptance": per_pos,
             "conditional_acceptance": cond, "steps": steps, "accepted": accepted}
-
-
-def acceptance_intervals(accepted_per_step: list[list[int]], drafts_per_step: int, resamples: int = RESAMPLES,
-                         seed: int = 0) -> dict:
-    """95% bootstrap intervals over prompts (``domino.stats``) for ``acceptance_summary``'s figures,
-    and the second acceptance-length definition.
-
-    Returns ``acceptance_length_ci`` ([low, high] of the pooled AL), ``acceptance_length_per_prompt_mean``
-    (the mean over prompts with a step of ``1 + accepted / steps``, z-lab's DFlash definition)
-    with ``acceptance_length_per_prompt_mean_ci``, and ``per_position_acceptance_ci`` (one
-    [low, high] per position)."""
-    pooled = acceptance_length_pooled(accepted_per_step, resamples, seed)
-    per_prompt = acceptance_length_per_prompt_mean(accepted_per_step, resamples, seed)
-    positions = per_position_acceptance(accepted_per_step, drafts_per_step, resamples, seed)
-    return {"acceptance_length_ci": pooled.bounds(), "acceptance_length_per_prompt_mean": per_prompt.estimate,
-            "acceptance_length_per_prompt_mean_ci": per_prompt.bounds(),
-            "per_position_acceptance_ci": [i.bounds() for i in positions]}
-
-
-def tokens_per_second(new_tokens: int, seconds: float) -> float:
-    return new_tokens / seconds if seconds > 0 else 0.0
-
-
-def repeated_ngram_share(tokens: list[int], n: int = 4) -> float:
-    """Share of a sequence's n-grams that repeat an earlier one: 0 for no repetition, near 1 for a loop."""
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
