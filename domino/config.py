@@ -102,6 +102,14 @@ def _shipped_schema() -> dict:
     return load_schema()
 
 
+def section_keys(section: str) -> list[str]:
+    """Every key the schema declares in ``section`` (a dotted path), in the schema's order."""
+    node = _shipped_schema()
+    for part in section.split("."):
+        node = node["properties"][part]
+    return list(node["properties"])
+
+
 def section_defaults(section: str) -> dict:
     """The schema's default of every key of ``section`` that has one (``"train"``, ``"drafter"``,
     a dotted path such as ``"verifier.embedded"``): what a config that leaves them out is given.

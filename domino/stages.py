@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from .config import split_replicate
+from .config import section_keys, split_replicate
 
 if TYPE_CHECKING:
     import torch
@@ -525,9 +525,9 @@ def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype |
 
 
 # the DrafterConfig fields that come from the drafter section as they are
-DRAFTER_KEYS = ("num_layers", "block_size", "aux_layer_ids", "draft_vocab_size", "gru_hidden_size", "bottleneck_size",
-                "pure_draft_prefix_len", "correct_from", "attn_implementation", "sliding_window", "block_causal", "init",
-                "init_std")
+# the drafter section's keys that pass to DrafterConfig as they are (the schema lists them); the mask
+# token is resolved against the verifier's tokenizer first
+DRAFTER_KEYS = tuple(k for k in section_keys("drafter") if k != "mask_token_id")
 
 
 def drafter_fields(cfg: StageConfig, run: str, tokenizer, model_config) -> dict:
