@@ -102,12 +102,17 @@ def _shipped_schema() -> dict:
     return load_schema()
 
 
-def section_keys(section: str) -> list[str]:
-    """Every key the schema declares in ``section`` (a dotted path), in the schema's order."""
+def _section_schema(section: str) -> dict:
+    """The shipped schema's node of ``section``, a dotted path (``"train"``, ``"verifier.embedded"``)."""
     node = _shipped_schema()
     for part in section.split("."):
         node = node["properties"][part]
-    return list(node["properties"])
+    return node
+
+
+def section_keys(section: str) -> list[str]:
+    """Every key the schema declares in ``section`` (a dotted path), in the schema's order."""
+    return list(_section_schema(section)["properties"])
 
 
 def section_defaults(section: str) -> dict:
@@ -116,10 +121,8 @@ def section_defaults(section: str) -> dict:
 
     The schema is the one owner of these values; tests and tools that build a ``TrainConfig`` or
     a ``DrafterConfig`` without a config file start from here."""
-    node = _shipped_schema()
-    for part in section.split("."):
-        node = node["properties"][part]
-    return {k: copy.deepcopy(v["default"]) for k, v in node["properties"].items() if "default" in v}
+    return {k: copy.deepcopy(v["default"]) for k, v in _section_schema(section)["properties"].items()
+            if "default" in v}
 
 
 def validate_config(config: dict, schema: dict | None = None) -> dict:
@@ -518,7 +521,6 @@ class AuxNoise(NamedTuple):
     @property
     def active(self) -> bool:
         return self.kind != "none" and self.scale > 0
-
 
 
 def aux_noise(noise: str, noise_scale: float, noise_dtype: str = "float32") -> AuxNoise:

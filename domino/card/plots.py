@@ -64,12 +64,15 @@ def _accepted_counts(bench: dict) -> list[int]:
     return position_counts(counts, len(bench["summary"]["per_position_acceptance"]))
 
 
+def _behind(steps: int, accepted: list[int]) -> list[int]:
+    """The steps each conditional ratio rests on, from the per-position counts: all steps at
+    position 0, then the steps that accepted every earlier draft."""
+    return [steps, *accepted[:-1]] if accepted else []
+
+
 def steps_behind_conditional(bench: dict) -> list[int]:
-    """How many steps each conditional ratio rests on: all steps at position 0, then the steps that
-    accepted every earlier draft."""
-    if not bench["summary"]["per_position_acceptance"]:
-        return []
-    return [bench["summary"]["steps"], *_accepted_counts(bench)[:-1]]
+    """How many steps each conditional ratio rests on (``_behind``)."""
+    return _behind(bench["summary"]["steps"], _accepted_counts(bench))
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -111,7 +114,8 @@ def conditional_plot(res: dict, rows: list[dict]) -> Figure:
     highs, any_few = [], False
     for j, r in enumerate(rows):
         bench = res["benchmark"][r["name"]]
-        counts, trials = _accepted_counts(bench), steps_behind_conditional(bench)
+        counts = _accepted_counts(bench)
+        trials = _behind(bench["summary"]["steps"], counts)
         xs = [i + (j - (len(rows) - 1) / 2) * 0.12 for i in range(len(trials))]
         ivs = [wilson_interval(k, n) for k, n in zip(counts, trials)]
         ok = [i for i, n in enumerate(trials) if n >= MIN_STEPS]

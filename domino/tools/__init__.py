@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from ..model import DrafterConfig
 
 
-
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The module docstring as written, and each argument's default after its help."""
 

@@ -82,20 +82,15 @@ def parents(key):
     return lambda wc, input: [str(Path(f).parent) for f in getattr(input, key)]
 
 
-def _first(files):
-    """The one file of a named input that holds one (Snakemake may hand over a list or a string)."""
-    return files if isinstance(files, str) else files[0]
-
-
 def verifier_path(wc, input):
     """The verifier param: this run's own checkpoint, read off the rule's named input `verifier`
     (so that the path follows the input where the file system is not shared), or the hub id."""
-    return _first(input.verifier) if VERIFIER_INPUT else VERIFIER
+    return input.verifier[0] if VERIFIER_INPUT else VERIFIER
 
 
 def tokenizer_path(wc, input):
     """The tokenizer param of data preparation: the rule's named input `tokenizer`, or the hub id."""
-    return _first(input.tokenizer) if TOKENIZER_INPUT else TOKENIZER
+    return input.tokenizer[0] if TOKENIZER_INPUT else TOKENIZER
 
 
 def train_launcher():
