@@ -524,7 +524,6 @@ def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype |
     return train_lib.TrainConfig.from_section(t, seed=seed, weighting=weighting), autocast
 
 
-# the DrafterConfig fields that come from the drafter section as they are
 # the drafter section's keys that pass to DrafterConfig as they are (the schema lists them); the mask
 # token is resolved against the verifier's tokenizer first
 DRAFTER_KEYS = tuple(k for k in section_keys("drafter") if k != "mask_token_id")

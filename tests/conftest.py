@@ -190,6 +190,54 @@ RELIABILITY_CFG = TrainConfig.schema_defaults(epochs=2, lr=3e-3, warmup_steps=2,
 
 
 # -----------------------------------------------------------------------------
+# the report stage's inputs
+
+
+def render_results(results_dir, out, card_info: dict, provenance: dict, changes=None, **load):
+    """``domino.card.render.render_card`` on the results under ``results_dir``, read as the
+    report stage reads them (``load_results`` with ``load``'s checkpoints, temperatures, ...)."""
+    from domino.card.render import render_card
+    from domino.card.results import load_results
+
+    return render_card(load_results(Path(results_dir), **load), out, card_info, provenance, changes=changes)
+
+
+def recorded_training(cfg: dict) -> dict:
+    """What each checkpoint's training records for the validated config ``cfg``, as the train
+    stage computes it (``domino.stages``) and JSON keeps it: ``summary.json``'s ``config`` and the
+    drafter section's keys of ``drafter_config.json``, shaped as ``load_results`` returns them."""
+    from dataclasses import asdict
+
+    from domino import stages
+
+    view = stages.StageConfig(cfg, ["seed", "checkpoints", "train", "drafter"])
+    out = {"train_summary": {}, "drafter_config": {}}
+    for name, entry in cfg["checkpoints"].items():
+        train = asdict(stages.train_config(view, name)[0])
+        drafter = {**stages.overridden(view, name, "drafter"), "projector": entry["projector"],
+                   "shift_label": entry["shift_label"]}
+        out["train_summary"][name] = json.loads(json.dumps({"config": train}))
+        out["drafter_config"][name] = json.loads(json.dumps(drafter))
+    return out
+
+
+def record_training(results_dir, cfg: dict) -> None:
+    """Write ``recorded_training(cfg)`` into the training files under ``results_dir``, as if each
+    checkpoint had been trained with ``cfg``."""
+    from domino import io
+
+    recorded = recorded_training(cfg)
+    for name in cfg["checkpoints"]:
+        train = Path(results_dir) / "train" / name
+        summary = json.loads((train / "summary.json").read_text())
+        io.write_json(train / "summary.json", {**summary, **recorded["train_summary"][name]})
+        drafter = json.loads((train / "checkpoint" / "drafter_config.json").read_text())
+        mask = drafter["mask_token_id"]  # resolved against the tokenizer when trained: keep the file's
+        io.write_json(train / "checkpoint" / "drafter_config.json",
+                      {**drafter, **recorded["drafter_config"][name], "mask_token_id": mask})
+
+
+# -----------------------------------------------------------------------------
 # configs as the workflow reads them
 
 

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import render_results
 from huggingface_hub import ModelCard
 
 from domino import stats
 from domino.card import claims, filters, plots, published, render, scale
+from domino.card.results import load_results
 from domino.tools import compare
 from domino.stats import compare_checkpoints
 from domino.config import validate_config
@@ -123,7 +125,7 @@ def printed_intervals(text):
 def rendered(tmp_path_factory):
     """(folder, paths written, the card and its appendix as one text, the reproduction report)."""
     out = tmp_path_factory.mktemp("card")
-    paths = render.render_card(FIXTURE, out, CARD_INFO, PROVENANCE)
+    paths = render_results(FIXTURE, out, CARD_INFO, PROVENANCE)
     text = (out / "model_card.md").read_text() + "\n" + (out / "model_card_appendix.md").read_text()
     return out, paths, text, (out / "reproduction.md").read_text()
 
@@ -336,7 +338,7 @@ def test_plots_written(rendered):
 
 
 def test_dirty_commit_and_missing_stage_times(tmp_path):
-    render.render_card(FIXTURE, tmp_path, CARD_INFO, {**PROVENANCE, "stage_seconds": {}, "git_commit": "0123abc+dirty"})
+    render_results(FIXTURE, tmp_path, CARD_INFO, {**PROVENANCE, "stage_seconds": {}, "git_commit": "0123abc+dirty"})
     text = (tmp_path / "model_card.md").read_text()
     assert "| Git commit | `0123abc+dirty` (the checkout had uncommitted changes) |" in text
     assert "Stage wall times were not recorded for this run." in (tmp_path / "model_card_appendix.md").read_text()
@@ -384,7 +386,7 @@ def test_step_cost_hand_computed():
 
 def test_step_cost_uses_the_shared_plain_time():
     s = fixture("benchmark/domino.json")["summary"]
-    row = render._checkpoint_row(render.load_results(FIXTURE), "domino")
+    row = render._checkpoint_row(load_results(FIXTURE), "domino")
     assert row["cost"].speedup == pytest.approx(s["plain_seconds"] / s["seconds"])  # the paired speedup
 
 
@@ -395,7 +397,7 @@ def test_missing_summary_field_names_it(results_copy, field):
     del b["summary"][field]
     p.write_text(json.dumps(b))
     with pytest.raises(ValueError, match=rf"{re.escape(str(p))} lacks field summary\.{field}$"):
-        render.load_results(results_copy)
+        load_results(results_copy)
 
 
 def test_front_matter_rejects_a_path_as_base_model():
@@ -416,7 +418,7 @@ def results_copy(tmp_path):
 def test_missing_file_names_it(results_copy, rel):
     (results_copy / rel).unlink()
     with pytest.raises(FileNotFoundError, match=re.escape(str(results_copy / rel))):
-        render.load_results(results_copy)
+        load_results(results_copy)
 
 
 @pytest.mark.parametrize("rel, content", [
@@ -428,16 +430,16 @@ def test_missing_file_names_it(results_copy, rel):
 def test_malformed_file_names_it(results_copy, rel, content):
     (results_copy / rel).write_text(content)
     with pytest.raises(ValueError, match=re.escape(str(results_copy / rel))):
-        render.load_results(results_copy)
+        load_results(results_copy)
 
 
 def test_missing_values_raise(tmp_path):
     info = dict(CARD_INFO)
     del info["gamma"]
     with pytest.raises(ValueError, match="card_info lacks gamma"):
-        render.render_card(FIXTURE, tmp_path, info, PROVENANCE)
+        render_results(FIXTURE, tmp_path, info, PROVENANCE)
     with pytest.raises(ValueError, match="card_info scale must be a scale.ScaleStatement"):
-        render.render_card(FIXTURE, tmp_path, {**CARD_INFO, "scale": "card"}, PROVENANCE)
+        render_results(FIXTURE, tmp_path, {**CARD_INFO, "scale": "card"}, PROVENANCE)
     with pytest.raises(ValueError, match="expected a number, got None"):
         filters.f3(None)
     assert not (tmp_path / "model_card.md").exists()
@@ -470,7 +472,7 @@ def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
         result = _vllm_result(run, 1.2, 1.2, 150.0, 0.7, 8)
         result["summary"]["prompts"] = 8
         (d / f"{run}.json").write_text(json.dumps(result))
-    render.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE, vllm_runs=list(runs))
+    render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE, vllm_runs=list(runs))
     text = (tmp_path / "model_card_appendix.md").read_text()
     n = fixture("benchmark/baseline.json")["protocol"]["prompts"]
     assert f"vLLM served the first 8 of the benchmark's {n} prompts (`vllm.max_prompts`)" in text
@@ -485,7 +487,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
             "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162), "domino": (1.5, 1.5, 170.0, 0.8, 164)}
     for run, vals in rows.items():
         (d / f"{run}.json").write_text(json.dumps(_vllm_result(run, *vals)))
-    render.render_card(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
+    render_results(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
     text = (tmp_path / "with" / "model_card_appendix.md").read_text()
     assert "## Cross-check: served by vLLM 0.32.0" in text
     assert ("| DFlash noshift | 1.356 | 1.360 | 0.50 / 0.25 / 0.12 / 0.06 | 0.50 / 0.25 / 0.12 / 0.06 | 160.0 | "
@@ -495,11 +497,11 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     table = text.split("## Cross-check")[1].split("\n## ")[0]
     assert "| Domino | 1.500 | 1.500 |" in table and "| DFlash shift | 1.200 | 1.210 |" in table
     # without the option the section is absent, even with the files on disk
-    render.render_card(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
+    render_results(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
     assert "Cross-check" not in (tmp_path / "without" / "model_card_appendix.md").read_text()
     (d / "dflash-noshift.json").unlink()
     with pytest.raises(FileNotFoundError, match="dflash-noshift.json"):
-        render.load_results(results_copy, vllm_runs=list(rows))
+        load_results(results_copy, vllm_runs=list(rows))
 
 
 def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_path):
@@ -508,7 +510,7 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
     b["summary"].update(matches_baseline=False, tie_tolerance=0.25,
                         near_tie_divergences=[{"task_id": "HumanEval/7", "position": 40, "tokens": [1, 2], "gap": 0.1}])
     p.write_text(json.dumps(b))
-    render.render_card(results_copy, tmp_path, CARD_INFO, PROVENANCE)
+    render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
     assert re.search(r"\| Domino \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
                      text)
@@ -516,7 +518,7 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
 
 def test_every_printed_interval_contains_its_point(rendered, tmp_path):
     texts = [rendered[2]]
-    ablation = render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
+    ablation = render_results(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
                                 changes=VARIANTS, temperatures=[0, 0.6])
     texts.append(ablation[0].read_text() + ablation[1].read_text())  # the card and its appendix
     for text in texts:
@@ -616,7 +618,7 @@ VARIANTS = {"domino-cf0": "drafter.correct_from 0",
 @pytest.fixture(scope="module")
 def ablation_card(tmp_path_factory):
     out = tmp_path_factory.mktemp("ablation")
-    render.render_card(FIXTURE, out, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
+    render_results(FIXTURE, out, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, *VARIANTS],
                      changes={**VARIANTS, "dflash-shift": "x", "dflash-noshift": "y"}, temperatures=[0, 0.6])
     return (out / "model_card.md").read_text() + "\n" + (out / "model_card_appendix.md").read_text()
 
@@ -653,14 +655,14 @@ def test_ablation_table(ablation_card, rendered):
 def test_a_missing_card_row_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"the card needs its rows' checkpoint\(s\) dflash-noshift; "
                                          r"got dflash-shift, domino, domino-cf0"):
-        render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=["dflash-shift", "domino", "domino-cf0"],
+        render_results(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=["dflash-shift", "domino", "domino-cf0"],
                          changes=VARIANTS)
     assert not (tmp_path / "model_card.md").exists()
 
 
 def test_an_undescribed_variant_is_refused(tmp_path):
     with pytest.raises(ValueError, match="needs what domino-cf0 change"):
-        render.render_card(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, "domino-cf0"])
+        render_results(FIXTURE, tmp_path, CARD_INFO, PROVENANCE, checkpoints=[*CKPTS, "domino-cf0"])
 
 
 def test_sampling_table(ablation_card):
@@ -802,7 +804,7 @@ def test_the_claims_section_follows_what_the_run_is(tmp_path, kind, scope):
     """The card opens with the published card's verdicts only when its verifier is the card's; another
     trained verifier gets this run's figures first, a random one no verdict anywhere."""
     assert claims.claims_scope(scale_of(kind)) == scope
-    render.render_card(FIXTURE, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
+    render_results(FIXTURE, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
     card, repro = (tmp_path / "model_card.md").read_text(), (tmp_path / "reproduction.md").read_text()
     benches = {c: fixture(f"benchmark/{c}.json") for c in CKPTS}
     if scope == claims.RANDOM_VERIFIER:

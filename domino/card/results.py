@@ -99,8 +99,9 @@ def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
 
 
 def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
-                 replicates: int = 1) -> dict:
-    """Read and check every results file the card needs; raise naming any missing or bad file.
+                 replicates: int = 1, regenerated: bool = False) -> dict:
+    """Read and check every results file the report stage needs, once; raise naming any missing
+    or bad file. The report stage reads the run through this dict only.
 
     ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
     among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
@@ -108,10 +109,16 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
     (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``.
     ``replicates`` (``train.replicates``): for N > 1 the benchmark results of replicates 1 .. N-1,
     ``results/benchmark/{checkpoint}-seed{r}.json``, go under ``"replicates"`` (replicate 0 is
-    the checkpoint's own file, under ``"benchmark"``)."""
+    the checkpoint's own file, under ``"benchmark"``). ``regenerated`` (``data.responses:
+    verifier``): the regenerate stage's summaries go under ``"regenerate"``, by split.
+    ``"temperatures"`` and ``"replicate_count"`` say what was asked for."""
     root = Path(results_dir)
-    out = {"validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
-           "sampling": {}, "replicates": _read_replicates(root, checkpoints, replicates)}
+    out = {"data": _read(root / "prepare_data" / "summary.json", "prepare_data"),
+           "regenerate": {split: _read(root / "regenerate" / f"{split}.json", "regenerate")
+                          for split in ("train", "val")} if regenerated else {},
+           "validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
+           "sampling": {}, "replicates": _read_replicates(root, checkpoints, replicates),
+           "temperatures": list(temperatures), "replicate_count": replicates}
     metric_keys = tuple(schemas()["train_metrics"]["required"])
     for ckpt in checkpoints:
         out["validate"][ckpt] = _read(root / "validate" / f"{ckpt}.json", "validate")
