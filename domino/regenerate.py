@@ -10,7 +10,7 @@ first user turn, token for token.
   words; and the benchmark's prompts are single-turn.
 * **The prompt as at benchmark time**: the chat template with ``add_generation_prompt`` and the
   template switches the benchmark uses (Qwen3's ``enable_thinking``), tokenized without added
-  special tokens, as ``domino.bench.encode_prompt`` does.
+  special tokens, as ``domino.prompts.encode_prompt`` does.
 * **The answer as the verifier's tokens**: the row is the prompt's ids followed by the generated
   ids, the end-of-turn token included when the verifier wrote it; nothing is decoded to text
   and tokenized again, so the drafter reads exactly the sequence the verifier produced. The loss

@@ -33,6 +33,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .config import section_keys, split_replicate
@@ -538,3 +539,54 @@ def drafter_fields(cfg: StageConfig, run: str, tokenizer, model_config) -> dict:
     stop = verifier_lib.eos_ids(tokenizer, model_config)
     return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],
                 mask_token_id=verifier_lib.mask_token_id(tokenizer, d["mask_token_id"], stop, model_config.vocab_size))
+
+
+# -----------------------------------------------------------------------------
+# a stage's --config argument (python -m domino)
+
+
+class ConfigArgumentError(ValueError):
+    """A ``--config`` argument that cannot be read."""
+
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def read_config(raws: str | list[str], stage: str | None = None, wildcards: dict | None = None) -> dict:
+    """The ``--config`` of a stage: ``{"declared": [...], "values": {...}}``, given as JSON (inline
+    or ``@file.json``), or built from config files (``@config.yaml``, more than one merged in
+    order) as the workflow builds it, for ``stage`` and its ``wildcards``."""
+    from .config import ConfigError, load_config
+
+    raws = [raws] if isinstance(raws, str) else list(raws)
+    files = [r[1:] for r in raws if r.startswith("@") and r.lower().endswith(YAML_SUFFIXES)]
+    if files:
+        if len(files) != len(raws) or stage is None:
+            raise ConfigArgumentError("--config: give either config files (@config.yaml, repeated for overlays) "
+                                      "or one JSON object, not both")
+        try:
+            return json.loads(stage_config(stage, load_config(files), wildcards or {}))
+        except ConfigError as err:
+            hint = (f" ({files[0]} may be an overlay: give the base first, --config @config.yaml --config {raws[0]})"
+                    if len(files) == 1 and "required key is missing" in str(err) else "")
+            raise ConfigArgumentError(f"--config {' '.join(raws)}: {err}{hint}") from None
+        except KeyError as err:  # a wildcard naming no entry: --checkpoint no-such-checkpoint
+            raise ConfigArgumentError(f"--config {' '.join(raws)}: no {err.args[0]!r} where the stage reads "
+                                      f"{sorted((wildcards or {}).items())} (allowed: what the config names)") from None
+    if len(raws) != 1:
+        raise ConfigArgumentError("--config: one JSON object, or config files (@config.yaml, repeated for overlays)")
+    raw = raws[0]
+    try:
+        text = Path(raw[1:]).read_text() if raw.startswith("@") else raw
+    except OSError as err:
+        raise ConfigArgumentError(f"--config {raw}: cannot be read ({err.strerror})") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigArgumentError(f"--config {raw if raw.startswith('@') else '...'}: not JSON ({err}); it takes "
+                                  '{"declared": [...], "values": {...}} as JSON, or config files as @config.yaml'
+                                  ) from None
+    if not isinstance(cfg, dict) or set(cfg) != {"declared", "values"}:
+        raise ConfigArgumentError('--config must be {"declared": [...], "values": {...}} (see domino/stages.py), '
+                                  "or config files as @config.yaml")
+    return cfg

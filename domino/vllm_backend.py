@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from .bench import BenchmarkError, rotation, timed, tokens_per_second, untimed_tokens
+from .bench import BenchmarkError
 from .common import hardware
 from .decode import DecodeResult, NeuralDraft, decode
 from .features import shard_tensors
@@ -40,6 +39,7 @@ from .io import read_json, write_json
 from .acceptance import acceptance_from_counts, acceptance_summary, position_counts
 from .model import Drafter
 from .stats import RESAMPLES, paired_rate_ratio, paired_speedup
+from .timing import paired_decodes, tokens_per_second, untimed_tokens
 from .verifier import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
@@ -264,8 +264,8 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     so both loops see identical inputs; ``max_prompts`` keeps the first N of them (None: all), and
     the project's acceptance figures beside vLLM's are then those of the same N prompts.
 
-    Speed: each prompt is decoded by both loops back to back, in the alternating order of
-    ``domino.bench.rotation``, so the ratio of vLLM's tokens per second to ours
+    Speed: each prompt is decoded by both loops back to back (``domino.timing.paired_decodes``:
+    the order alternating, the garbage collector off), so the ratio of vLLM's tokens per second to ours
     (``tps_ratio_to_ours``, paired over prompts) rests on decodes of the same moments;
     ``ours_tps`` is our loop's in this process. Acceptance and tokens are compared with the
     benchmark stage's result: vLLM is not held to token-for-token equality, since its kernels
@@ -298,54 +298,29 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     def ours_decode(i: int, ids: list[int], n: int) -> DecodeResult:
         return decode(verifier, ids, n, stop_ids, draft=draft)
 
-    ids = [r["prompt_token_ids"] for r in prompts]
-    vllm_generate(llm, ids[:1], min(4, max_new), stop_ids, speculative=speculative)  # untimed warm-ups
-    ours_decode(0, ids[0], untimed_tokens(drafts_per_step or 0, max_new))
-    results, mine, per_prompt = [], [], []
-    for i, prompt_ids in enumerate(tqdm(ids, desc=f"vLLM {run}", mininterval=5)):
-        for who in rotation(("ours", "vllm"), i):
-            if who == "ours":
-                mine.append(timed(ours_decode, i, prompt_ids, max_new))
-            else:
-                res, c = vllm_generate(llm, [prompt_ids], max_new, stop_ids, speculative=speculative)
-                results += res
-                per_prompt += c["per_prompt"]
-    new_tokens = sum(len(r.new_token_ids) for r in results)
-    seconds = sum(r.seconds for r in results)
-    same = sum(r.new_token_ids == o["new_token_ids"] for r, o in zip(results, prompts))
-    ours_here_same = sum(m.new_token_ids == o["new_token_ids"] for m, o in zip(mine, prompts))
-    tokens = [len(r.new_token_ids) for r in results]
-    to_ours = paired_rate_ratio(tokens, [r.seconds for r in results], [len(m.new_token_ids) for m in mine],
-                                [m.seconds for m in mine], RESAMPLES, seed)
-    summary = {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
-               "tps": tokens_per_second(new_tokens, seconds), "same_tokens_as_ours": same,
-               "ours_acceptance_length": ours_acceptance["acceptance_length"],
-               "ours_tps": tokens_per_second(sum(len(m.new_token_ids) for m in mine), sum(m.seconds for m in mine)),
-               "ours_same_tokens_in_this_process": ours_here_same,
-               "ours_per_position_acceptance": ours_acceptance["per_position_acceptance"],
-               "tps_ratio_to_ours": to_ours.estimate, "tps_ratio_to_ours_ci": to_ours.bounds()}
+    counts: dict[int, dict] = {}  # vLLM's counters of each prompt's decode
+
+    def vllm_decode(i: int, ids: list[int], n: int) -> DecodeResult:
+        (res,), c = vllm_generate(llm, [ids], n, stop_ids, speculative=speculative)
+        counts[i] = c["per_prompt"][0]  # the timed decode of prompt 0 replaces its warm-up's
+        return res
+
+    decodes = paired_decodes({"ours": ours_decode, "vllm": vllm_decode}, [r["prompt_token_ids"] for r in prompts],
+                             max_new, untimed_tokens(drafts_per_step or 0, max_new), desc=f"vLLM {run}")
+    served, mine = [d.results["vllm"] for d in decodes], [d.results["ours"] for d in decodes]
+    summary = _served_speed(served, mine, prompts, ours_acceptance, seed)
     records = [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
                 "ours_seconds": m.seconds, "stop_reason": r.stop_reason}
-               for r, m, o in zip(results, mine, prompts)]
+               for r, m, o in zip(served, mine, prompts)]
     if not speculative:
         summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
-                       drafts_per_step=0, steps=new_tokens, accepted=0, speedup=1.0)
+                       drafts_per_step=0, steps=summary["new_tokens"], accepted=0, speedup=1.0)
     else:
-        drafts = sum(c["drafts"] for c in per_prompt)
-        per_pos = [sum(col) for col in zip(*[c["accepted_per_position"] for c in per_prompt])]
-        summary.update(acceptance_from_counts(drafts, per_pos, drafts_per_step))
-        equal = 0
-        for rec, c, o in zip(records, per_prompt, prompts):
+        per_prompt = [counts[i] for i in range(len(prompts))]
+        for rec, c in zip(records, per_prompt):
             rec.update(c)
-            equal += c == counts_of_steps(o["accepted_per_step"], drafts_per_step)
-        summary.update(drafts_per_step=drafts_per_step, same_counts_as_ours=equal)
         base = read_json(baseline_path, "vLLM baseline benchmark") if baseline_path else None
-        if base:
-            speedup = paired_speedup([p["seconds"] for p in base["prompts"]], [r.seconds for r in results],
-                                     RESAMPLES, seed)
-            summary.update(speedup=speedup.estimate, speedup_ci=speedup.bounds())
-        else:
-            summary.update(speedup=None)
+        summary.update(_served_acceptance(per_prompt, prompts, drafts_per_step, served, base, seed))
     import vllm
 
     protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
@@ -353,6 +328,42 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     result = {"run": run, "protocol": protocol, "summary": summary, "prompts": records}
     write_json(out, result)
     logger.info("vLLM %s: %d tokens in %.1fs, %.1f tok/s, AL %.3f (ours %.3f), %d/%d continuations identical "
-                "to ours", run, new_tokens, seconds, summary["tps"], summary["acceptance_length"],
-                summary["ours_acceptance_length"], same, len(prompts))
+                "to ours", run, summary["new_tokens"], summary["seconds"], summary["tps"], summary["acceptance_length"],
+                summary["ours_acceptance_length"], summary["same_tokens_as_ours"], len(prompts))
     return result
+
+
+def _served_speed(served: list[DecodeResult], mine: list[DecodeResult], prompts: list[dict], ours_acceptance: dict,
+                  seed: int) -> dict:
+    """vLLM's decodes (``served``) beside our loop's of the same moments (``mine``) and the
+    benchmark's records of the same prompts: tokens, speed, the TPS ratio paired over prompts,
+    and how many continuations are identical."""
+    new_tokens, seconds = sum(len(r.new_token_ids) for r in served), sum(r.seconds for r in served)
+    to_ours = paired_rate_ratio([len(r.new_token_ids) for r in served], [r.seconds for r in served],
+                                [len(m.new_token_ids) for m in mine], [m.seconds for m in mine], RESAMPLES, seed)
+    return {"prompts": len(prompts), "new_tokens": new_tokens, "seconds": seconds,
+            "tps": tokens_per_second(new_tokens, seconds),
+            "same_tokens_as_ours": sum(r.new_token_ids == o["new_token_ids"] for r, o in zip(served, prompts)),
+            "ours_acceptance_length": ours_acceptance["acceptance_length"],
+            "ours_tps": tokens_per_second(sum(len(m.new_token_ids) for m in mine), sum(m.seconds for m in mine)),
+            "ours_same_tokens_in_this_process": sum(m.new_token_ids == o["new_token_ids"]
+                                                    for m, o in zip(mine, prompts)),
+            "ours_per_position_acceptance": ours_acceptance["per_position_acceptance"],
+            "tps_ratio_to_ours": to_ours.estimate, "tps_ratio_to_ours_ci": to_ours.bounds()}
+
+
+def _served_acceptance(per_prompt: list[dict], prompts: list[dict], drafts_per_step: int,
+                       served: list[DecodeResult], baseline: dict | None, seed: int) -> dict:
+    """Acceptance from vLLM's counters of each prompt (``per_prompt``), the prompts whose counters
+    equal our loop's steps counted as vLLM counts them, and the speedup over vLLM's own plain
+    run (``baseline``: its results file, None when not served)."""
+    drafts = sum(c["drafts"] for c in per_prompt)
+    per_pos = [sum(col) for col in zip(*[c["accepted_per_position"] for c in per_prompt])]
+    equal = sum(c == counts_of_steps(o["accepted_per_step"], drafts_per_step) for c, o in zip(per_prompt, prompts))
+    out = {**acceptance_from_counts(drafts, per_pos, drafts_per_step), "drafts_per_step": drafts_per_step,
+           "same_counts_as_ours": equal, "speedup": None}
+    if baseline:
+        speedup = paired_speedup([p["seconds"] for p in baseline["prompts"]], [r.seconds for r in served],
+                                 RESAMPLES, seed)
+        out.update(speedup=speedup.estimate, speedup_ci=speedup.bounds())
+    return out

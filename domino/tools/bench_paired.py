@@ -24,9 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..bench import PLAIN, BenchmarkConfig, run_benchmark
+from ..bench import BenchmarkConfig, run_benchmark
 from ..config import load_config, trained_runs
 from ..io import write_json
+from ..timing import PLAIN
 from . import tool_parser
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from ..bench import rotation, step_floor
+from ..bench import step_floor
+from ..timing import rotation
 from ..common import hardware
 from ..decode import NeuralDraft, decode
 from ..model import Drafter

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, trained_runs,
                            validate_config, vllm_runs)
-from domino.__main__ import job_error_lines
+from domino.logs import job_error_lines
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
 # Validate before any job is scheduled: a bad value stops here, naming the key.
@@ -199,7 +199,7 @@ onstart:
     RUN_MARKER.write_text(json.dumps(RUN_OVERLAYS))
 
 
-# When a run stops (a failed job, Ctrl-C), each stopped job's own line (domino/__main__.py: what
+# When a run stops (a failed job, Ctrl-C), each stopped job's own line (domino/logs.py: what
 # failed, or what an interruption kept and how to resume) is the last thing printed: after
 # Snakemake's error block, which repeats the job's whole command, and after its closing lines
 # (printed at exit, as Snakemake's last words come after this hook).
