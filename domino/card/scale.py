@@ -92,17 +92,18 @@ def public_name(name: str) -> str:
 
 def run_settings(cfg: dict, data_summary: dict | None = None, drafter_config: dict | None = None,
                  protocol: dict | None = None) -> dict:
-    """This run's settings under ``published.SETTINGS``'s keys; recorded values override the config's."""
+    """This run's settings under ``published.SETTINGS``'s keys; recorded values (the prepared data's
+    summary, the drafter's config, the benchmark's protocol) override the config's."""
     d, t, b = cfg["data"], cfg["train"], cfg["benchmark"]
     drafter = {k: v for k, v in cfg["drafter"].items() if k in published.SETTINGS["drafter"] and v is not None}
     drafter.update({k: v for k, v in (drafter_config or {}).items() if k in published.SETTINGS["drafter"]})
     protocol = protocol or {}
     return {
         "verifier": cfg["verifier"]["name"] if cfg["verifier"]["source"] == "gguf" else cfg["verifier"]["source"],
-        "corpus": d["corpus"],
+        "corpus": (data_summary or {}).get("corpus", d["corpus"]),
         "hub_dataset": d["hub_dataset"] if d["corpus"] == "sharegpt-hub" else None,
         "samples": (data_summary or {}).get("samples", d["samples"]),
-        "seq_len": d["seq_len"],
+        "seq_len": (data_summary or {}).get("seq_len", d["seq_len"]),
         "epochs": t["epochs"], "lr": t["lr"], "warmup_steps": t["warmup_steps"],
         "gamma": t["gamma"], "lambda0": t["lambda0"], "lambda_ratio": t["lambda_ratio"],
         "drafter": drafter,
