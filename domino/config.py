@@ -343,6 +343,10 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         if REPLICATE.fullmatch(name) or name == "baseline":
             raise ConfigError(f"checkpoints.{name}: 'baseline' names the plain decodes and names ending in "
                               "-seed<r> the seed replicates (allowed: another name)")
+        if k["weighting"] == "shifted" and not k["shift_label"]:
+            raise ConfigError(f"checkpoints.{name}.weighting: shifted weighs slot 0 as the a+1 prediction, which "
+                              "only a shifted block has; without shift_label slot 0 is the anchor itself "
+                              "(allowed: weighting classic, or shift_label true)")
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]

@@ -83,9 +83,13 @@ def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = Non
 
 
 def _require_plugin() -> None:
-    """vLLM serves a shifted or Domino export as trained only with ``domino.vllm_plugin``."""
+    """vLLM serves a shifted or Domino export as trained only with ``domino.vllm_plugin``, and
+    only in its V1 model runner (``domino.vllm_plugin.check_runner``)."""
     from importlib.metadata import entry_points
 
+    from .vllm_plugin import check_runner
+
+    check_runner()
     allowed = os.environ.get("VLLM_PLUGINS")
     if not entry_points(group="vllm.general_plugins", name="domino") or \
             (allowed is not None and "domino" not in allowed.split(",")):

@@ -21,12 +21,26 @@ Registered through the ``vllm.general_plugins`` entry point (``pyproject.toml``)
 
 Everything is applied only to drafts whose config carries ``domino_config``; other speculative
 methods and checkpoints are served as vLLM serves them.
+
+Two conditions are checked, each refused in one line:
+
+* **the V1 model runner**: the patches are to vLLM's V1 DFlash proposer. On a GPU vLLM 0.32 picks
+  its V2 model runner, which would serve a shifted or Domino export without them; ``register``
+  sets ``VLLM_USE_V2_MODEL_RUNNER=0`` where it is unset, and a Domino export is refused under a
+  value that asks for V2 (``check_runner``).
+* **the trained block**: a step drafts exactly the export's drafts per step (B with
+  ``shift_label``, B - 1 without). More has no trained slot; fewer truncates a bidirectional
+  block, so every slot sees fewer rows than it was trained with and its drafts change. A
+  block-causal export may serve fewer (slot k sees slots 0..k only). (``check_served_drafts``)
 """
 
 from __future__ import annotations
 
+import os
+
 VLLM_VERSION = "0.32.0"  # the one version whose private classes this plugin patches
 ARCHITECTURE = "DominoDFlashDraftModel"
+V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"  # vLLM's switch between its V1 and V2 model runners
 
 _registered = False
 
@@ -41,13 +55,39 @@ def _check_version(version: str) -> None:
                           f"vllm=={VLLM_VERSION}), found {version}: install that version (docs/card-scale.md)")
 
 
+def check_runner(environ=os.environ) -> None:
+    """Refuse a V2 model runner asked for in ``environ``: the plugin patches the V1 proposer."""
+    value = environ.get(V2_RUNNER)
+    if value is not None and value.strip() not in ("", "0"):
+        raise PluginError(f"domino's vLLM plugin patches vLLM's V1 model runner; {V2_RUNNER}={value} would serve "
+                          f"the export without it: unset {V2_RUNNER} or set it to 0")
+
+
+def trained_drafts(cfg: dict) -> int:
+    """Drafts per step an export was trained for: B with ``shift_label``, B - 1 without."""
+    return cfg["block_size"] if cfg["shift_label"] else cfg["block_size"] - 1
+
+
+def check_served_drafts(cfg: dict, served: int) -> None:
+    """Refuse serving ``served`` drafts per step (``num_speculative_tokens``) other than the
+    export's trained count; fewer is allowed for a block-causal export only."""
+    trained = trained_drafts(cfg)
+    if served == trained or (served < trained and cfg.get("block_causal")):
+        return
+    why = ("no slot was trained beyond them" if served > trained else
+           "a bidirectional block cut short changes every slot's drafts")
+    raise PluginError(f"this export drafts {trained} tokens per step (block_size {cfg['block_size']}, shift_label "
+                      f"{str(cfg['shift_label']).lower()}); num_speculative_tokens {served} is refused: {why}")
+
+
 def register() -> None:
-    """The entry point vLLM calls: check the version, patch the converter and the proposer,
-    register the Domino draft model. Safe to call more than once."""
+    """The entry point vLLM calls: check the version, prefer the V1 model runner, patch the
+    converter and the proposer, register the Domino draft model. Safe to call more than once."""
     global _registered
     import vllm
 
     _check_version(vllm.__version__)
+    os.environ.setdefault(V2_RUNNER, "0")  # the patched proposer is V1's (check_runner)
     if _registered:
         return
     from vllm import ModelRegistry
@@ -76,6 +116,7 @@ def _patch_speculators_converter() -> None:
 
         from .export import drafter_config_from_speculators
 
+        check_runner()
         cfg = drafter_config_from_speculators(config_dict)
         pre_trained_config["domino_config"] = asdict(cfg)
         if cfg.projector == "domino":
@@ -117,6 +158,8 @@ def _patch_dflash_proposer() -> None:
                               token_indices_to_sample, cad, num_rejected_tokens_gpu):
         cfg = _cfg(self)
         self._domino_anchors = next_token_ids
+        if cfg is not None:
+            check_served_drafts(cfg, self.num_speculative_tokens)
         if cfg is None or not cfg["shift_label"]:
             return stock_first_pass(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
                                     token_indices_to_sample, cad, num_rejected_tokens_gpu)

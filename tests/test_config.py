@@ -132,6 +132,8 @@ BAD = [
     ("projector-enum", lambda c, t: _set(c, "checkpoints.domino.projector", "eagle"), "checkpoints.domino.projector"),
     ("weighting-enum", lambda c, t: _set(c, "checkpoints.dflash-shift.weighting", "linear"),
      "checkpoints.dflash-shift.weighting"),
+    ("shifted-weighting-without-shift", lambda c, t: _set(c, "checkpoints.dflash-noshift.weighting", "shifted"),
+     "checkpoints.dflash-noshift.weighting"),
     ("corpus-enum", lambda c, t: _set(c, "data.corpus", "wikipedia"), "data.corpus"),
     ("dtype-enum", lambda c, t: _set(c, "verifier.dtype", "float64"), "verifier.dtype"),
     ("attn-enum", lambda c, t: _set(c, "drafter.attn_implementation", "flash"), "drafter.attn_implementation"),

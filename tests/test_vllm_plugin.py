@@ -223,3 +223,31 @@ def test_the_plugin_refuses_another_vllm(monkeypatch, version):
     with pytest.raises(vllm_plugin.PluginError, match=f"needs vllm 0.32.0 .*found {version}"):
         vllm_plugin.register()
     vllm_plugin._check_version("0.32.0+cpu")  # a local build tag is the same version
+
+
+def test_a_v2_model_runner_is_refused():
+    """The plugin patches vLLM's V1 proposer: a V2 runner asked for by name is refused, naming the
+    variable; unset or 0 is served (``register`` sets 0 where it is unset)."""
+    from domino import vllm_plugin
+
+    with pytest.raises(vllm_plugin.PluginError, match=r"VLLM_USE_V2_MODEL_RUNNER=1 would serve the export without"):
+        vllm_plugin.check_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    for ok in ({}, {"VLLM_USE_V2_MODEL_RUNNER": "0"}):
+        vllm_plugin.check_runner(ok)
+
+
+@pytest.mark.parametrize("shift, causal, served, allowed", [
+    (True, False, 8, True), (True, False, 7, False), (True, False, 9, False),
+    (False, False, 7, True), (False, False, 8, False), (False, False, 4, False),
+    (True, True, 5, True), (True, True, 9, False)])
+def test_only_the_trained_block_is_served(shift, causal, served, allowed):
+    """B = 8: a shifted export drafts 8 a step, an unshifted one 7; fewer only where the block is
+    causal (a bidirectional block cut short changes every slot's drafts), more never."""
+    from domino import vllm_plugin
+
+    cfg = {"block_size": 8, "shift_label": shift, "block_causal": causal}
+    if allowed:
+        vllm_plugin.check_served_drafts(cfg, served)
+    else:
+        with pytest.raises(vllm_plugin.PluginError, match=f"num_speculative_tokens {served} is refused"):
+            vllm_plugin.check_served_drafts(cfg, served)
