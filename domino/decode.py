@@ -171,12 +171,16 @@ def plain_loop(verifier, prompt_ids, max_new_tokens: int, eos_ids, rule) -> Deco
 
 
 class NeuralDraft:
-    """Adapter from a ``Drafter`` to the decoding loop: owns the drafter's context cache."""
+    """Adapter from a ``Drafter`` to the decoding loop: owns the drafter's context cache and the
+    Domino head's decoding tables (``Drafter.decode_tables``), built here once from the weights
+    as they are: a session decodes with the drafter it was given; build another after changing
+    the weights."""
 
     def __init__(self, drafter):
         self.drafter = drafter
         self.aux_layer_ids = drafter.cfg.aux_layer_ids
         self.drafts_per_step = drafter.cfg.drafts_per_step
+        self.tables = drafter.decode_tables()
         self.kv = None
 
     def reset(self, prompt_len: int) -> None:
@@ -194,7 +198,7 @@ class NeuralDraft:
             self.kv = [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(self.kv, new)]
 
     def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
-        return self.drafter.draft(anchor, anchor_pos, self.kv, n)
+        return self.drafter.draft(anchor, anchor_pos, self.kv, n, tables=self.tables)
 
 
 class OracleDraft:

@@ -297,17 +297,20 @@ def inference_attention_mask(n_context: int, block_size: int, block_causal: bool
 # 3. The Domino correction head
 
 
-def kept_until_changed(owner: nn.Module, name: str, sources: tuple[torch.Tensor, ...], build) -> torch.Tensor:
-    """``build()``, detached and kept on ``owner`` under ``name``; built again only when one of
-    ``sources`` changes: another storage, an in-place update (its version counter, which an
-    optimizer step or a load bumps), another device or dtype. Decoding's products of the weights
-    (``DominoHead.state_weight``, ``Drafter.gru_input_table``) are built this way."""
-    key = tuple((t.data_ptr(), t._version, t.device, t.dtype) for t in sources)
-    kept = getattr(owner, name, None)
-    if kept is None or kept[0] != key:
-        kept = (key, build().detach())
-        setattr(owner, name, kept)
-    return kept[1]
+@dataclass(frozen=True)
+class DecodeTables:
+    """Products of a Domino head's weights that decoding looks up instead of computing per slot
+    (``Drafter.decode_tables``; ``DominoHead.draft_in_order`` reads them).
+
+    ``state`` (G, r + 3G) is ``[W1_s ; W_hh]^T`` and ``inputs`` (Vd, 3G) the GRU's ``W_ih e`` of
+    every draft-vocabulary token's embedding, in draft-id order. They hold the weights as they
+    were when built: a decoding session (``domino.decode.NeuralDraft``) builds them once, from
+    the trained weights. The module keeps no copy, so nothing can go stale after an optimizer
+    step or a load, and ``.to()``, ``deepcopy`` and pickling carry no hidden table.
+    """
+
+    state: torch.Tensor
+    inputs: torch.Tensor
 
 
 class DominoHead(nn.Module):
@@ -351,22 +354,20 @@ class DominoHead(nn.Module):
 
     def state_weight(self) -> torch.Tensor:
         """(G, r + 3G): ``[W1_s ; W_hh]^T``, so that one product of a GRU state s gives both
-        ``W1_s s`` and ``W_hh s`` (``draft_in_order``). Built once and rebuilt when ``W1`` or
-        ``W_hh`` change (an optimizer step, a load)."""
+        ``W1_s s`` and ``W_hh s`` (``draft_in_order``)."""
         w1, w_hh = self.down.weight, self.gru.weight_hh_l0
-        return kept_until_changed(self, "_state_weight", (w1, w_hh),  # the transpose stays a view
-                                  lambda: torch.cat([w1[:, w1.shape[1] - w_hh.shape[1]:], w_hh]).t())
+        return torch.cat([w1[:, w1.shape[1] - w_hh.shape[1]:], w_hh]).t()  # the transpose stays a view
 
     @torch.no_grad()
-    def draft_in_order(self, z, base, corrected_from: int, anchor_emb, input_table, choose):
+    def draft_in_order(self, z, base, corrected_from: int, anchor_emb, tables: DecodeTables, choose):
         """Inference: the draft-vocabulary ids of n consecutive drafting slots, one slot at a time.
 
         z (n, H) backbone outputs and base (n, Vd) logits of the drafting slots in order;
         drafting slot i is corrected when ``i >= corrected_from``. The GRU state of slot i has
         read the anchor (``anchor_emb`` (1, H)) and the drafts of slots 0..i-1, in order: the
         state ``teacher_forced_states`` gives slot i in training when those drafts are the
-        known tokens. ``input_table`` (Vd, 3G) holds ``W_ih e`` of each draft-vocabulary id's
-        embedding (``Drafter.gru_input_table``) and
+        known tokens. ``tables`` holds ``state_weight`` and ``W_ih e`` of each draft-vocabulary
+        id's embedding (``DecodeTables``, ``Drafter.decode_tables``), and
         ``choose(logits (1, Vd)) -> (1,)`` picks a slot's id (argmax, or a sampler).
         Returns ids (n,) and final logits (n, Vd).
 
@@ -374,9 +375,9 @@ class DominoHead(nn.Module):
         small operations: the bottleneck's input splits as ``W1 [z ; s] = W1_z z + W1_s s``, and
         ``W1_z z`` does not depend on the drafts, so it is computed for every slot at once; the
         state's two products ``W1_s s`` (this slot's correction, ``W1_z z`` added in the same
-        call) and ``W_hh s`` (the next GRU step) come from one matrix product (``state_weight``,
-        built once per head), split by gate in one call; a drafted token's ``W_ih e`` is looked
-        up in a table built once per drafter; the GRU step is written out (``gru_step``) rather
+        call) and ``W_hh s`` (the next GRU step) come from one matrix product (``tables.state``,
+        built once per decoding session), split by gate in one call; a drafted token's ``W_ih e``
+        is looked up in ``tables.inputs``; the GRU step is written out (``gru_step``) rather
         than run through ``torch.gru_cell``, which costs more than the rest of the slot at these
         sizes. The ids stay on the device; the caller reads them once per block.
         """
@@ -384,7 +385,7 @@ class DominoHead(nn.Module):
         G, r = self.gru.hidden_size, self.down.out_features
         parts = [r, 2 * G, G]  # a state's product: W1_s s | W_hh s, reset and update rows | W_hh s, new rows
         # one product per slot: [z_part ; 0] + s @ [W1_s ; W_hh]^T = [W1 [z ; s] ; W_hh s], (1, r + 3G)
-        w_state = self.state_weight()  # (G, r + 3G)
+        w_state = tables.state  # (G, r + 3G)
         z_rows = F.pad(F.linear(z, self.down.weight[:, :H]), (0, 3 * G)).split(1)  # n x (1, r + 3G)
         w_up = self.up.weight.t()  # (r, Vd), a view
         base_rows = base.split(1)  # n x (1, Vd)
@@ -401,7 +402,7 @@ class DominoHead(nn.Module):
             ids.append(tok)
             rows.append(logits)
             if i + 1 < n:  # the next slot's state reads this draft
-                h = self.gru_step(*F.embedding(tok, input_table).split(parts[1:], 1), gh_ru, gh_n, h)
+                h = self.gru_step(*F.embedding(tok, tables.inputs).split(parts[1:], 1), gh_ru, gh_n, h)
         return torch.cat(ids), torch.cat(rows)
 
 
@@ -478,14 +479,17 @@ class Drafter(nn.Module):
     def gru_input_table(self) -> torch.Tensor:
         """(Vd, 3G): the Domino GRU's input projection ``W_ih e`` of every draft-vocabulary token's
         embedding, in draft-id order: what a drafted token feeds the GRU at inference, looked up
-        instead of computed per slot. Rebuilt when the embedding, ``d2t`` or ``W_ih`` change."""
+        instead of computed per slot."""
         w_ih, emb = self.head.gru.weight_ih_l0, self.embed_tokens.weight
+        ids = self.draft_to_target(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
+        return F.linear(emb[ids].to(w_ih.dtype), w_ih)
 
-        def build():
-            ids = self.draft_to_target(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
-            return F.linear(emb[ids].to(w_ih.dtype), w_ih)
-
-        return kept_until_changed(self, "_gru_input_table", (emb, self.d2t, w_ih), build)
+    @torch.no_grad()
+    def decode_tables(self) -> DecodeTables | None:
+        """The Domino head's decoding tables from the weights as they are now; None without a head."""
+        if self.head is None:
+            return None
+        return DecodeTables(self.head.state_weight(), self.gru_input_table())
 
     # --- the shared pieces ----------------------------------------------------------------
 
@@ -555,7 +559,7 @@ class Drafter(nn.Module):
 
     @torch.no_grad()
     def draft(self, anchor: int, anchor_pos: int, ctx_kv, n_slots: int | None = None, return_logits: bool = False,
-              pick_token=None):
+              pick_token=None, tables: DecodeTables | None = None):
         """Draft one block after ``anchor``, which stands at position ``anchor_pos``.
 
         ctx_kv: per-layer context keys/values of positions 0..anchor_pos-1 (batch 1).
@@ -565,7 +569,8 @@ class Drafter(nn.Module):
         ``pick_token(logits (k, Vd)) -> (k,) long`` chooses the draft-vocabulary ids of k
         consecutive slots (a sampler, say; argmax when None), in slot order: all slots at
         once without a correction head, one slot at a time with it, so that the Domino head
-        reads the tokens so chosen.
+        reads the tokens so chosen. ``tables``: the head's ``decode_tables``, built once by a
+        decoding session; built here from the current weights when not given.
         """
         cfg = self.cfg
         dev = self.fc.weight.device
@@ -584,7 +589,7 @@ class Drafter(nn.Module):
             # the correction reads the anchor and then each drafted token, so slots go in order
             ids, logits = self.head.draft_in_order(z, base, cfg.correct_from - first,
                                                    self.embed_tokens(block_ids[0, :1]).to(z.dtype),
-                                                   self.gru_input_table(), choose)
+                                                   tables or self.decode_tables(), choose)
         drafts = self.draft_to_target(ids).tolist()
         return (drafts, logits) if return_logits else drafts
 

@@ -134,7 +134,8 @@ def propose_sampled(draft, anchor: int, anchor_pos: int, n: int, temperature: fl
     if n < 1:
         return DraftProposal([], drafter.d2t.new_zeros(0, drafter.cfg.target_vocab_size, dtype=torch.float32))
     sampler = _SlotSampler(temperature, top_p, generator)
-    tokens = drafter.draft(anchor, anchor_pos, draft.kv, n, pick_token=sampler)
+    tokens = drafter.draft(anchor, anchor_pos, draft.kv, n, pick_token=sampler,
+                           tables=getattr(draft, "tables", None))
     q_draft = torch.cat(sampler.rows)  # (n, Vd)
     q = q_draft.new_zeros(len(tokens), drafter.cfg.target_vocab_size)
     q[:, target_ids(drafter.d2t)] = q_draft

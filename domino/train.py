@@ -59,6 +59,8 @@ class TrainConfig:
     noise_scale: float  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
     noise_dtype: str  # "float32" | "storage": where the noise is added (domino.config.AuxNoise)
     loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.batches.LOSS_MASK_AT)
+    weights_dtype: str  # "float32" | "bfloat16": the trainable weights, optimizer state and updates
+    rotary_dtype: str  # "float32" | "weights": the RoPE frequencies in training (see ``set_precision``)
     optimizer: str  # see domino.optim
     weight_decay: float  # AdamW's, on the parameters AdamW updates
     betas: tuple  # AdamW's
@@ -263,11 +265,30 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     return _finish(run, out)
 
 
+WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def set_precision(drafter, cfg: TrainConfig) -> None:
+    """Cast the whole drafter to ``cfg.weights_dtype`` (frozen copies included, as PR 685's
+    ``self.model.to(hidden_states_dtype)``); with ``rotary_dtype: weights``, round its RoPE
+    frequencies to that dtype as the cast rounds PR 685's. They are kept in float32, rounded:
+    ``Qwen3RotaryEmbedding`` computes its angles in float32 from them, so the angles are PR 685's,
+    and a later ``.to()`` keeps them (``Drafter._apply`` restores exact float32 frequencies only
+    where they are in another dtype). Exports and decoding rebuild the drafter and use exact ones."""
+    dtype = WEIGHT_DTYPES[cfg.weights_dtype]
+    drafter.to(dtype)
+    if cfg.rotary_dtype == "weights":
+        rope = drafter.rotary_emb
+        rope.inv_freq = rope.inv_freq.to(dtype).float()
+        rope.original_inv_freq = rope.inv_freq.clone()
+
+
 def _start_run(drafter, feats: dict, cfg: TrainConfig, state_path: Path, device, autocast_dtype) -> _Run:
     device = torch.device(device)
     rank, world = _dist()
     if cfg.rows_per_step % world:
         raise ValueError(f"train.rows_per_step {cfg.rows_per_step} must be a multiple of the {world} ranks")
+    set_precision(drafter, cfg)
     drafter.to(device).train()
     rows = PackedRows(feats, cfg.pack_len)
     return _Run(drafter=drafter, cfg=cfg, rows=rows, total=total_steps(len(rows), cfg),

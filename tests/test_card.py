@@ -37,7 +37,7 @@ SEED_MODEL_ROWS = ["Verifier", "Verifier layers", "Draft layers", "Auxiliary lay
 SEED_TRAINING_ROWS = ["Dataset", "Sequence length", "Epochs", "LR", "Base-anchored curriculum", "Loss",
                       "Teacher forcing", "Hardware"]
 # rows this card adds to the seed's Training table: what the published card does not state
-EXTRA_TRAINING_ROWS = ["Optimizer", "Noise on auxiliary states", "Draft attention", "Attention within the block",
+EXTRA_TRAINING_ROWS = ["Optimizer", "Training precision", "Noise on auxiliary states", "Draft attention", "Attention within the block",
                        "Loss mask of a block slot", "Initialisation"]
 CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
 SPEED_HEADER = "| Run | TPS | Speedup | Output identical to plain greedy |"
@@ -65,6 +65,7 @@ CARD_INFO = {
     "samples": 5000, "seq_len": 4096,
     "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
     "gamma": 7.0, "optimizer": "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)",
+    "precision": "float32 weights; float32 RoPE frequencies",
     "noise": "uniform in [−0.05, 0.05]", "attention_window": "full", "init": "PyTorch's default",
     "block_attention": "bidirectional", "loss_mask": "the predicted position",
     "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
@@ -167,7 +168,7 @@ def test_model_and_training_tables(rendered):
     assert training_rows["Dataset"] == "ShareGPT, 5,000 samples"
     assert training_rows["Sequence length"] == "4,096"
     assert training_rows["LR"] == "6e-4, linear schedule, 50 warmup steps"
-    for row, key in zip(EXTRA_TRAINING_ROWS, ("optimizer", "noise", "attention_window", "block_attention",
+    for row, key in zip(EXTRA_TRAINING_ROWS, ("optimizer", "precision", "noise", "attention_window", "block_attention",
                                               "loss_mask", "init")):
         assert training_rows[row] == CARD_INFO[key]
     assert "settings the published card does not state say" in text

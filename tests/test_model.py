@@ -273,3 +273,35 @@ def test_the_decoding_tables_follow_the_weights(verifier):
     fresh = _with(drafter)  # the updated weights in a new module: nothing cached
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, draft(fresh), rtol=0, atol=0)
+
+
+def test_decoding_tables_follow_the_weights_and_live_in_the_session(verifier):
+    """The Domino head's decoding tables are built by a session from the weights as they are, and
+    kept nowhere on the module: a weight changed without a version bump (a ``.data`` write, as a
+    fused optimizer step makes) is seen by the next session and by ``draft`` without tables (a
+    session is built after training, from the weights it decodes with); a drafter built under
+    ``inference_mode`` decodes; a copy carries no table."""
+    import copy
+    import pickle
+
+    ids, pos, doc, aux, a = _row_with_two_docs(verifier, tiny_drafter(verifier, projector="domino"), 11)
+
+    def drafts(drafter, session=None):
+        session = session or NeuralDraft(drafter)
+        session.reset(11)
+        session.add_context(aux[:, a - 11: a], 0)
+        return session.propose(int(ids[0, a]), 11, drafter.cfg.drafts_per_step), session
+
+    drafter = tiny_drafter(verifier, projector="domino")
+    before, session = drafts(drafter)
+    with torch.no_grad():
+        drafter.head.gru.weight_ih_l0.data.mul_(-3.0)  # no version bump
+        drafter.head.down.weight.data.mul_(-3.0)
+    after, _ = drafts(drafter)
+    assert after != before, "the weight change must move the drafts for this check to mean anything"
+    assert drafter.draft(int(ids[0, a]), 11, session.kv) == after  # no tables: from the weights now
+    with torch.inference_mode():
+        frozen = tiny_drafter(verifier, projector="domino")
+        assert drafts(frozen)[0] == drafts(frozen)[0]
+    assert not any(isinstance(v, torch.Tensor) for v in vars(copy.deepcopy(drafter)).values())
+    assert len(pickle.dumps(drafter)) < 2 * sum(t.numel() * t.element_size() for t in drafter.state_dict().values())

@@ -305,3 +305,32 @@ def test_an_interrupted_run_saves_and_says_how_to_resume(tmp_path, monkeypatch):
     assert str(state) in msg and "rerun the same snakemake command" in msg
     assert torch.load(state, weights_only=True)["step"] == 2
     assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
+
+
+# -----------------------------------------------------------------------------
+# training precision
+
+
+@pytest.mark.parametrize("rotary", ["float32", "weights"])
+def test_bf16_weights_train_and_round_the_rope_frequencies_only_when_asked(tmp_path, rotary):
+    """``train.weights_dtype: bfloat16`` trains and saves bf16 weights (PR 685's whole-model cast);
+    ``rotary_dtype: weights`` rounds the RoPE frequencies to bf16 for training, ``float32`` keeps
+    them exact; either way a loaded checkpoint decodes with exact float32 frequencies."""
+    init = tmp_path / "init"
+    tiny_drafter(tiny_verifier(), projector="domino").float().save(init)
+    exact = Drafter.load(init).rotary_emb.inv_freq.clone()
+    rounded = exact.to(torch.bfloat16).float()
+    assert not torch.equal(rounded, exact), "the check needs frequencies bf16 cannot hold exactly"
+    drafter = Drafter.load(init)
+    cfg = replace(CFG, weights_dtype="bfloat16", rotary_dtype=rotary)
+    s = train(drafter, _features(), cfg, tmp_path / "run", max_steps=2)
+    assert s["steps"] == 2
+    trainable = [p for p in drafter.parameters() if p.requires_grad]
+    assert trainable and all(p.dtype == torch.bfloat16 for p in trainable)
+    assert torch.equal(drafter.rotary_emb.inv_freq, rounded if rotary == "weights" else exact)
+    T.set_precision(reloaded := Drafter.load(init), replace(CFG, rotary_dtype="weights"))  # float32 weights
+    assert torch.equal(reloaded.rotary_emb.inv_freq, exact)  # rounding to float32 changes nothing
+    full = train(Drafter.load(init), _features(), cfg, tmp_path / "full")
+    assert full["complete"] and full["config"]["weights_dtype"] == "bfloat16"
+    saved = Drafter.load(tmp_path / "full" / "checkpoint")
+    assert saved.fc.weight.dtype == torch.bfloat16 and torch.equal(saved.rotary_emb.inv_freq, exact)

@@ -89,6 +89,11 @@ TRAINER_CONVENTIONS = {
     "train.loss_mask_at": (
         "input", "src/speculators/models/dflash/core.py:406 (loss_mask[:, anchored_block_indices], slot k "
                  "at a+k) and src/speculators/models/dflash/utils.py:44-45 (select_anchors: loss_mask[a])"),
+    "train.weights_dtype": (
+        "bfloat16", "src/speculators/train/trainer.py:273 (self.model.to(hidden_states_dtype)), with "
+                    "scripts/train.py:908-910 (--hidden-states-dtype bfloat16 by default)"),
+    "train.rotary_dtype": (
+        "weights", "src/speculators/train/trainer.py:273 (the whole-model cast rounds the rotary inv_freq buffer)"),
     "train.noise_dtype": (
         "storage", "src/speculators/train/data.py:188-191 (hidden states cast to bf16), then 211-213 (the "
                    "noise transform, src/speculators/train/noise_transforms.py:23-25)"),

@@ -136,6 +136,17 @@ def trainer_note(key: str, value) -> str:
     return f"{published.TRAINER}: {key.split('.')[-1]} {_setting(theirs)} ({where})"
 
 
+def precision_text(train: dict) -> str:
+    """The dtype of the weights and of the RoPE frequencies in training (``train.weights_dtype``,
+    ``train.rotary_dtype``), beside PR 685's choices."""
+    dtype, rope = train["weights_dtype"], train["rotary_dtype"]
+    if dtype == "float32":
+        return f"float32 weights and RoPE frequencies, {trainer_note('train.weights_dtype', dtype)}"
+    rounded = "rounded to " + dtype if rope == "weights" else "in float32"
+    return (f"{dtype} weights, optimizer state and updates (no float32 master copy), RoPE frequencies {rounded}, "
+            f"{trainer_note('train.rotary_dtype', rope)}")
+
+
 def noise_text(train: dict, storage_dtype: str | None = None) -> str:
     """The training noise in words (``domino.config.aux_noise`` reads the config keys); with
     ``storage_dtype`` (features.dtype) also the dtype it is added in (``train.noise_dtype``)."""
@@ -310,6 +321,7 @@ def card_info(cfg: dict, res: dict, trained: dict) -> dict:
         "lambda_ratio": each(lambda c: c["train"]["lambda_ratio"]),
         "gamma": each(lambda c: c["train"]["gamma"]),
         "optimizer": each(lambda c: optimizer_text(c["train"])),
+        "precision": each(lambda c: precision_text(c["train"])),
         "noise": each(lambda c: noise_text(c["train"], cfg["features"]["dtype"])),
         "block_attention": each(lambda c: block_text(c["drafter"])),
         "loss_mask": each(lambda c: loss_mask_text(c["train"])),
