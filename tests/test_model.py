@@ -305,3 +305,27 @@ def test_decoding_tables_follow_the_weights_and_live_in_the_session(verifier):
         assert drafts(frozen)[0] == drafts(frozen)[0]
     assert not any(isinstance(v, torch.Tensor) for v in vars(copy.deepcopy(drafter)).values())
     assert len(pickle.dumps(drafter)) < 2 * sum(t.numel() * t.element_size() for t in drafter.state_dict().values())
+
+
+def test_drafting_after_a_fused_adamw_step_equals_a_fresh_module(verifier):
+    """A fused optimizer step writes the weights without a version bump: a session built after it
+    drafts as a fresh module holding the same weights does."""
+    ids, pos, doc, aux, a = _row_with_two_docs(verifier, tiny_drafter(verifier, projector="domino"), 11)
+    drafter = tiny_drafter(verifier, projector="domino")
+    NeuralDraft(drafter)  # a session before the step: it must not leak into the next one
+    opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=0.5, fused=True)
+    for p in drafter.parameters():
+        if p.requires_grad:
+            p.grad = torch.ones_like(p)
+    opt.step()
+    fresh = tiny_drafter(verifier, projector="domino")
+    fresh.load_state_dict(drafter.state_dict())
+
+    def drafts(model):
+        session = NeuralDraft(model)
+        session.reset(11)
+        session.add_context(aux[:, a - 11: a], 0)
+        return session.propose(int(ids[0, a]), 11, model.cfg.drafts_per_step)
+
+    assert drafts(drafter) == drafts(fresh)
+    assert drafts(fresh) != drafts(tiny_drafter(verifier, projector="domino")), "the step must move the drafts"
