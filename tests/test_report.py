@@ -231,3 +231,26 @@ def test_a_per_checkpoint_override_appears_in_its_row(tmp_path, results):
     report.build_report(load("config.yaml"), results, tmp_path / "plain", repo=tmp_path)
     plain = (tmp_path / "plain" / "model_card.md").read_text()
     assert "(Domino:" not in plain and "they differ only in the projector and how block slots map" in plain
+
+
+def test_the_report_measures_each_variant_that_takes_the_trainers_conventions(tmp_path, results):
+    """A variant that differs from Domino only in PR 685's choices (here the fixtures' second
+    Domino run declared as PR 685's training precision) gets a row in the reproduction report, its
+    acceptance set against Domino's; a variant that changes anything else (DFlash noshift with
+    Muon) does not."""
+    cfg = ablation_config()
+    cfg["checkpoints"]["domino-cf0"] = {"projector": "domino", "shift_label": True, "weighting": "shifted",
+                                        "train": {"weights_dtype": "bfloat16", "rotary_dtype": "weights"}}
+    record_training(results, cfg)
+    assert report.trainer_variants(trained(cfg)) == {
+        "domino-cf0": "train.rotary_dtype weights, train.weights_dtype bfloat16"}
+    report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    repro = (tmp_path / "reports" / "reproduction.md").read_text()
+    section = repro.split("## The card's trainer's conventions, measured in this run")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| domino") or line.startswith("| dflash")]
+    assert len(rows) == 1 and rows[0].startswith("| domino-cf0 | train.rotary_dtype weights, train.weights_dtype bfloat16 |")
+    assert re.search(r"\| [\d.]+ \[[\d.]+, [\d.]+\] \| [+-][\d.]+% \[[+-][\d.]+%, [+-][\d.]+%\] \|$", rows[0]), rows[0]
+    plain = tmp_path / "plain"
+    record_training(results, load("config.yaml"))
+    report.build_report(load("config.yaml"), results, plain, repo=tmp_path)
+    assert "trainer's conventions, measured" not in (plain / "reproduction.md").read_text()

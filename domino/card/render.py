@@ -166,6 +166,14 @@ def _ablation_rows(res: dict, by_name: dict, order: list[str], changes: dict) ->
             for c in order]
 
 
+def _trainer_rows(ctx: dict, trainer: dict) -> list[dict]:
+    """The Ablations rows of the variants that take the card's trainer's conventions (``trainer``:
+    name -> those settings in words), each with its acceptance length against Domino's."""
+    rows = {r["name"]: r for r in ctx["ablations"] or []}
+    return [{"label": rows[name]["label"], "settings": settings, "al": rows[name]["al_est"],
+             "vs_domino": rows[name]["vs_domino"]} for name, settings in trainer.items() if name in rows]
+
+
 def _sampling_rows(res: dict, by_name: dict, order: list[str], temperatures) -> dict | None:
     """Per temperature and checkpoint (in ``order``): AL, per-position acceptance and paired
     speedup, T = 0 from the greedy rows; None when only greedy decoding was run."""
@@ -339,16 +347,19 @@ def _reproduction_rows(ctx: dict) -> dict:
 # ---------------------------------------------------------------- entry point
 
 def render_card(res: dict, out: CardPaths | str | Path, card_info: dict, provenance: dict,
-                changes: dict | None = None) -> list[Path]:
+                changes: dict | None = None, trainer: dict | None = None) -> list[Path]:
     """Write the card, its appendix, the reproduction report, the PNG plots and an HTML page of
     each Markdown file; return their paths. ``res``: the run's results (``results.load_results``),
     whose checkpoints beyond the card's three rows go into the Ablations table, each described by
     ``changes[name]`` (what it changes relative to Domino); a sampling temperature adds the
     speculative-sampling table, seed replicates the Seed replicates section. ``out`` is a
-    ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it).
+    ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it). ``trainer``: the
+    variants that take the card's trainer's conventions (``report.trainer_variants``), which the
+    reproduction report sets beside Domino.
     The front matter is validated (``check_front_matter``) before anything is written."""
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
     ctx = _context(res, card_info, provenance, changes)
+    ctx["trainer_rows"] = _trainer_rows(ctx, trainer or {})
     ctx.update(card=Path(out.card).name, appendix=out.appendix.name, reproduction=Path(out.reproduction).name)
     env = environment(TEMPLATES)
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)

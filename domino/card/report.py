@@ -247,6 +247,21 @@ def overrides(cfg: dict, trained: dict, name: str) -> str:
     return ", ".join(out) or "none"
 
 
+def trainer_variants(trained: dict, reference: str = "domino") -> dict[str, str]:
+    """The variants that differ from ``reference`` only in conventions of the card's trainer,
+    each set to its choice (``published.TRAINER_CONVENTIONS``), with those settings in words, e.g.
+    {"domino-bf16-weights": "train.rotary_dtype weights, train.weights_dtype bfloat16"}."""
+    out = {}
+    for name, mine in trained.items():
+        if name == reference or any(mine["checkpoint"][k] != trained[reference]["checkpoint"][k] for k in KIND_KEYS):
+            continue
+        keys = _differing(mine, trained[reference])
+        if keys and all(k in published.TRAINER_CONVENTIONS and _value(mine, k) == published.TRAINER_CONVENTIONS[k][0]
+                        for k in keys):
+            out[name] = ", ".join(f"{k} {_setting(_value(mine, k))}" for k in keys)
+    return out
+
+
 def row_differences(trained: dict, names=published.CHECKPOINTS) -> str:
     """What the card's rows differ in, from what each trained with: "the projector", "how block
     slots map to target tokens" (shift_label, weighting), then each other setting with every row's
@@ -354,7 +369,7 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
     trained = {c: trained_config(cfg, res, c) for c in ckpts}
     changes = {c: variant_changes(trained, c) for c in ckpts if c != "domino"}
     paths = render_card(res, out, card_info(cfg, res, trained), provenance(cfg, bench_dir, res["data"], repo),
-                        changes=changes)
+                        changes=changes, trainer=trainer_variants(trained))
     for p in paths:
         logger.info("wrote %s", p)
     return paths
