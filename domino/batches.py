@@ -92,6 +92,8 @@ class PackedRows:
             "target": torch.zeros(R, T, dtype=torch.long),
             "aux": torch.zeros(R, T, A, dtype=aux_dtype),
         }
+        if "last" in f:  # the verifier's last hidden state, for train.loss kl_div: never noised
+            out["last"] = torch.zeros(R, T, f["last"].shape[1], dtype=f["last"].dtype)
         for r, p in enumerate(rows):
             cur = 0
             for d, si in enumerate(self.packs[p]):
@@ -104,6 +106,8 @@ class PackedRows:
                 out["loss_mask"][r, sl] = f["loss_mask"][s:s + n]
                 out["target"][r, sl] = f["target"][s:s + n]
                 out["aux"][r, sl] = f["aux"][s:s + n]
+                if "last" in f:
+                    out["last"][r, sl] = f["last"][s:s + n]
                 cur += n
             if noise.active:
                 drawn = draw_aux_noise(out["aux"][r].shape, noise, keyed_generator(*noise_seed, p))
@@ -163,11 +167,27 @@ def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_siz
     ``target``, at the slot's input position a + k for ``input`` (``LOSS_MASK_AT``)."""
     T = batch["target"].shape[1]
     k = torch.arange(block_size)
-    t = (anchors[..., None] + k + int(shift_label)).clamp(max=T - 1)  # (R, N, B)
+    t = _predicted_positions(anchors, block_size, shift_label, T)  # (R, N, B)
     tgt = batch["target"].gather(1, (t - 1).flatten(1)).view(t.shape)
     m = (anchors[..., None] + k + loss_mask_offset(loss_mask_at, shift_label)).clamp(max=T - 1)
     mask = batch["loss_mask"].gather(1, m.flatten(1)).view(m.shape) & ok[..., None]
     return tgt, mask
+
+
+def slot_last_states(batch: dict, anchors: torch.Tensor, block_size: int, shift_label: bool) -> torch.Tensor:
+    """(R, N, B, H): for slot k, the verifier's last hidden state at t - 1, t = a + k + shift, the
+    position whose next-token distribution is slot k's target (``slot_targets``' greedy token is
+    its argmax over the draft vocabulary)."""
+    last = batch["last"]
+    R, T, H = last.shape
+    t = _predicted_positions(anchors, block_size, shift_label, T)
+    idx = (t - 1).flatten(1)[..., None].expand(-1, -1, H)
+    return last.gather(1, idx).view(*t.shape, H)
+
+
+def _predicted_positions(anchors: torch.Tensor, block_size: int, shift_label: bool, T: int) -> torch.Tensor:
+    """(R, N, B): the position t = a + k + shift that slot k of each anchor's block predicts."""
+    return (anchors[..., None] + torch.arange(block_size) + int(shift_label)).clamp(max=T - 1)
 
 
 class SeedStream:

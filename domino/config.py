@@ -350,6 +350,13 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]
+    if not cfg["features"]["last_hidden_state"]:
+        for name in ["train", *(f"checkpoints.{n}.train" for n in kinds)]:
+            section = t if name == "train" else kinds[name.split(".")[1]].get("train") or {}
+            if section.get("loss") == "kl_div":
+                raise ConfigError(f"{name}.loss: kl_div computes the verifier's distribution from the stored last "
+                                  "hidden state, which features.last_hidden_state: false leaves out (allowed: "
+                                  "loss ce, or features.last_hidden_state true)")
     if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
         raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")

@@ -7,6 +7,10 @@ One shard holds ``shard_samples`` conversations, concatenated along the token ax
   (aux ids as ``domino.aux.AuxCapture`` defines them)
 * ``target`` (n,) int64: the verifier's greedy token *within the draft vocabulary* (a draft id)
   at each position, i.e. its prediction for the next position
+* ``last`` (n, H) in the configured dtype, with ``features.last_hidden_state``: the verifier's
+  last layer output before its final norm (aux id L), from which training computes the
+  verifier's distribution over the draft vocabulary for ``train.loss: kl_div``, as PR 685 does
+  (H more values per token: a third more than three aux layers)
 * ``offsets`` (samples+1,) int64: where each conversation starts
 
 Each shard is written atomically with a ``.sha256`` sidecar (the file's sha256, then a key of
@@ -42,15 +46,18 @@ class ShardError(RuntimeError):
     """A feature shard that is missing, corrupted or does not match its index."""
 
 
-def estimate_bytes(n_tokens: int, n_aux: int, hidden: int, dtype: str) -> int:
+def estimate_bytes(n_tokens: int, n_aux: int, hidden: int, dtype: str, last_hidden_state: bool = False) -> int:
     per = DTYPES[dtype].itemsize
-    return n_tokens * (n_aux * hidden * per + 8 + 1 + 8)
+    return n_tokens * ((n_aux + int(last_hidden_state)) * hidden * per + 8 + 1 + 8)
 
 
 @torch.inference_mode()
 def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_ids: torch.Tensor,
-            index_path: str | Path, batch_size: int, shard_samples: int, dtype: str, backend=None) -> dict:
+            index_path: str | Path, batch_size: int, shard_samples: int, dtype: str, backend=None,
+            last_hidden_state: bool = False) -> dict:
     """Run the verifier over ``rows``; write the index to ``index_path`` and the shards beside it.
+
+    ``last_hidden_state`` also stores each token's last layer output before the final norm (``last``).
 
     ``backend`` computes one shard's tensors: None runs ``verifier`` through transformers here;
     ``domino.vllm_backend.VllmExtractor`` runs the same weights through vLLM. Its ``name`` is
@@ -63,14 +70,16 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
         if not 0 <= i <= L:
             raise ValueError(f"aux layer id {i} is outside 0..{L} for this verifier")
     n_tokens = sum(len(r["input_ids"]) for r in rows)
-    need = estimate_bytes(n_tokens, len(aux_layer_ids), H, dtype)
-    logger.info("extracting %d conversations, %d tokens, %d aux layers x %d in %s: about %.1f MiB on disk",
-                len(rows), n_tokens, len(aux_layer_ids), H, dtype, need / 2**20)
+    need = estimate_bytes(n_tokens, len(aux_layer_ids), H, dtype, last_hidden_state)
+    logger.info("extracting %d conversations, %d tokens, %d aux layers x %d in %s%s: about %.1f MiB on disk",
+                len(rows), n_tokens, len(aux_layer_ids), H, dtype,
+                " and the last hidden state" if last_hidden_state else "", need / 2**20)
     dev = verifier.device
     head = verifier.get_output_embeddings().weight[draft_target_ids.to(dev)]  # (Vd, H)
     n_shards = math.ceil(len(rows) / shard_samples)
     backend_name = getattr(backend, "name", "transformers")
-    common = _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype, backend_name)
+    common = _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype, backend_name,
+                         last_hidden_state)
     shards = []
     bar = tqdm(total=len(rows), desc=f"extract {out_dir.name}", mininterval=5)
     for s in range(n_shards):
@@ -89,9 +98,9 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
         if path.exists():
             logger.info("%s: present but unverified or made from other inputs, extracted again", name)
         if backend is None:
-            tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype])
+            tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype], last_hidden_state)
         else:
-            tensors = backend(part, head, batch_size, DTYPES[dtype])
+            tensors = backend(part, head, batch_size, DTYPES[dtype], last_hidden_state)
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp))
         digest = sha256_file(path)
@@ -103,17 +112,20 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     bar.close()
     index = {"shards": shards, "aux_layer_ids": list(aux_layer_ids), "hidden_size": H, "dtype": dtype,
              "samples": len(rows), "tokens": n_tokens, "draft_vocab_size": int(len(draft_target_ids)),
-             "backend": backend_name}
+             "backend": backend_name, "last_hidden_state": bool(last_hidden_state)}
     write_json(index_path, index, seal=True)
     return index
 
 
-def _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype, backend="transformers") -> str:
+def _common_key(verifier, aux_layer_ids, draft_target_ids, batch_size, dtype, backend="transformers",
+                last_hidden_state=False) -> str:
     """What every shard depends on besides its conversations: settings, verifier config and weights."""
     h = hashlib.sha256()
-    h.update(json.dumps({"aux_layer_ids": list(aux_layer_ids), "draft": [int(i) for i in draft_target_ids.tolist()],
-                         "batch_size": batch_size, "dtype": dtype, "backend": backend,
-                         "config": verifier.config.to_diff_dict()}, sort_keys=True, default=str).encode())
+    settings = {"aux_layer_ids": list(aux_layer_ids), "draft": [int(i) for i in draft_target_ids.tolist()],
+                "batch_size": batch_size, "dtype": dtype, "backend": backend, "config": verifier.config.to_diff_dict()}
+    if last_hidden_state:  # absent otherwise: shards made without it keep their key
+        settings["last_hidden_state"] = True
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     for name, t in sorted(verifier.state_dict().items()):
         h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
@@ -127,9 +139,10 @@ def _part_key(common: str, part: list[dict]) -> str:
     return h.hexdigest()
 
 
-def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype):
+def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype, last_hidden_state=False):
     dev = verifier.device
-    ids_l, mask_l, aux_l, tgt_l = [], [], [], []
+    L = verifier.config.num_hidden_layers
+    ids_l, mask_l, aux_l, tgt_l, last_l = [], [], [], [], []
     for b in range(0, len(part), batch_size):
         batch = part[b:b + batch_size]
         T = max(len(r["input_ids"]) for r in batch)
@@ -137,9 +150,9 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype):
         x = torch.zeros(len(batch), T, dtype=torch.long)
         for j, r in enumerate(batch):
             x[j, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
-        with AuxCapture(verifier, aux_layer_ids) as cap:
+        with AuxCapture(verifier, aux_layer_ids) as cap, AuxCapture(verifier, [L]) as last_cap:
             out = verifier.model(input_ids=x.to(dev))
-        aux = cap.aux()
+        aux, last = cap.aux(), last_cap.aux()  # last: aux id L, the state before the final norm
         greedy = (out.last_hidden_state @ head.T.to(out.last_hidden_state.dtype)).argmax(-1)  # draft ids
         for j, r in enumerate(batch):
             n = len(r["input_ids"])
@@ -147,13 +160,17 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype):
             mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
             aux_l.append(aux[j, :n].to("cpu", dtype))
             tgt_l.append(greedy[j, :n].cpu())
-    return shard_tensors(ids_l, mask_l, aux_l, tgt_l)
+            if last_hidden_state:
+                last_l.append(last[j, :n].to("cpu", dtype))
+    return shard_tensors(ids_l, mask_l, aux_l, tgt_l, last_l if last_hidden_state else None)
 
 
-def shard_tensors(ids_l, mask_l, aux_l, tgt_l) -> dict:
-    """One shard's tensors from per-conversation lists, concatenated along the token axis."""
+def shard_tensors(ids_l, mask_l, aux_l, tgt_l, last_l=None) -> dict:
+    """One shard's tensors from per-conversation lists, concatenated along the token axis
+    (``last`` only when ``last_l`` is given)."""
     lengths = torch.tensor([len(t) for t in ids_l])
-    return {
+    extra = {} if last_l is None else {"last": torch.cat(last_l).contiguous()}
+    return {**extra,
         "input_ids": torch.cat(ids_l).contiguous(),
         "loss_mask": torch.cat(mask_l).contiguous(),
         "aux": torch.cat(aux_l).contiguous(),
@@ -194,7 +211,9 @@ def load_features(index_path: str | Path, verify: bool = True) -> dict:
     for p in parts:
         offsets.append(p["offsets"][:-1] + base)
         base += int(p["offsets"][-1])
+    extra = {"last": torch.cat([p["last"] for p in parts])} if index.get("last_hidden_state") else {}
     return {
+        **extra,
         "input_ids": torch.cat([p["input_ids"] for p in parts]),
         "loss_mask": torch.cat([p["loss_mask"] for p in parts]).bool(),
         "aux": torch.cat([p["aux"] for p in parts]),

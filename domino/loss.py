@@ -1,6 +1,12 @@
-"""Slot weights, the position-weighted cross-entropy, the lambda curriculum and accuracies.
+"""Slot weights, the position-weighted losses (cross-entropy or KL), the lambda curriculum and
+accuracies.
 
 All functions are pure: tensors in, tensors (or floats) out.
+
+``train.loss`` picks the per-slot loss (``LOSSES``): ``ce``, cross-entropy against the verifier's
+greedy token (the card's "position-weighted cross-entropy"); ``kl_div``, KL(p || q) from the
+verifier's distribution p over the draft vocabulary to the drafter's q, speculators PR 685's
+default. Both are weighted and normalised alike (``weighted_terms``).
 """
 
 from __future__ import annotations
@@ -25,26 +31,53 @@ def slot_weights(block_size: int, gamma: float, weighting: str) -> torch.Tensor:
     return w.float()
 
 
-def weighted_ce_terms(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor):
-    """Numerator and denominator of ``weighted_ce``: (sum of w * CE over masked slots, supervised slots).
+LOSSES = ("ce", "kl_div")
 
-    Data-parallel training sums both over ranks before dividing, so that the loss of a global
-    batch does not depend on how its rows are split.
-    """
+
+def slot_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per slot: logits (..., B, V), targets (..., B) draft ids -> (..., B) float32."""
     ce = F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="none")
-    ce = ce.view(targets.shape)
-    w = weights.to(ce.device) * mask.float()
-    return (ce * w).sum(), (w > 0).sum()
+    return ce.view(targets.shape)
+
+
+def slot_kl(logits: torch.Tensor, verifier_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) per slot, p = softmax(verifier_logits), q = softmax(logits), both over the
+    draft vocabulary: (..., B, V) each -> (..., B) float32. As PR 685's ``kl_div_loss``; the
+    verifier's side carries no gradient."""
+    log_q = F.log_softmax(logits.float(), dim=-1)
+    log_p = F.log_softmax(verifier_logits.detach().float(), dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1)
+
+
+def weighted_terms(per_slot: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor):
+    """Numerator and denominator of a position-weighted loss: (sum of w * loss over masked
+    slots, supervised slots), per_slot and mask (..., B), weights (B,).
+
+    Normalisation (as in speculators PR 685): the weighted sum divided by the number of
+    supervised slots, i.e. slots with mask set and a non-zero weight. Data-parallel training
+    sums both over ranks before dividing, so that the loss of a global batch does not depend
+    on how its rows are split.
+    """
+    w = weights.to(per_slot.device) * mask.float()
+    return (per_slot * w).sum(), (w > 0).sum()
+
+
+def weighted_ce_terms(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor):
+    """``weighted_terms`` of the cross-entropy against draft ids ``targets``."""
+    return weighted_terms(slot_ce(logits, targets), mask, weights)
 
 
 def weighted_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor):
-    """Position-weighted cross-entropy.
-
-    logits (..., B, V), targets (..., B) long, mask (..., B) bool, weights (B,).
-    Normalisation (as in speculators PR 685): the weighted sum of per-slot CE divided by the
-    number of supervised slots, i.e. slots with mask set and a non-zero weight.
-    """
+    """Position-weighted cross-entropy: logits (..., B, V), targets (..., B) long, mask (..., B)
+    bool, weights (B,); normalised as ``weighted_terms`` says."""
     total, supervised = weighted_ce_terms(logits, targets, mask, weights)
+    return total / supervised.clamp(min=1)
+
+
+def weighted_kl(logits: torch.Tensor, verifier_logits: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor):
+    """Position-weighted KL from the verifier's distribution: logits and verifier_logits
+    (..., B, V), mask (..., B) bool, weights (B,); normalised as ``weighted_terms`` says."""
+    total, supervised = weighted_terms(slot_kl(logits, verifier_logits), mask, weights)
     return total / supervised.clamp(min=1)
 
 
@@ -76,6 +109,7 @@ def linear_warmup_lr(step: int, total_steps: int, warmup_steps: int, lr: float) 
 
 
 __all__ = [
-    "slot_weights", "weighted_ce", "weighted_ce_terms", "lambda_at", "curriculum_loss",
+    "LOSSES", "slot_weights", "slot_ce", "slot_kl", "weighted_terms", "weighted_ce", "weighted_ce_terms",
+    "weighted_kl", "lambda_at", "curriculum_loss",
     "slot_accuracy", "linear_warmup_lr",
 ]

@@ -354,7 +354,7 @@ def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str
         model = verifier_lib.load_verifier(verifier, dtype, device)
     d2t, _ = vocab_lib.load_vocab(vocab)
     features_lib.extract(model, data_lib.read_jsonl(data), aux, vocab_lib.target_ids(d2t), index, f["batch_size"],
-                         f["shard_samples"], f["dtype"], backend=backend)
+                         f["shard_samples"], f["dtype"], backend=backend, last_hidden_state=f["last_hidden_state"])
 
 
 @stage("train", ("device", "verifier.name", "drafter", "train", "checkpoints.{checkpoint}"),
@@ -374,11 +374,12 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     tcfg, autocast = train_config(cfg, checkpoint)
     torch.manual_seed(tcfg.seed)  # the initialisation: a seed replicate draws its own
     drafter = model_lib.Drafter.from_verifier(model, dcfg, d2t, t2d)
+    head = train_lib.VerifierHead(model, vocab_lib.target_ids(d2t)) if tcfg.loss == "kl_div" else None
     del model
     feats = features_lib.load_features(features)
     outputs = train_lib.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
     with common.distributed(common.check_device(cfg["device"])) as device:
-        s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast)
+        s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, verifier_head=head)
     if s.get("rank", 0) == 0:
         logger.info(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, "
                     f"final loss {s['final_loss']:.4f}")

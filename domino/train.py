@@ -21,17 +21,20 @@ import logging
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .batches import PackedRows, SeedStream, keyed_generator, sample_anchors, slot_targets, valid_anchor_mask
+from .batches import (PackedRows, SeedStream, keyed_generator, sample_anchors, slot_last_states, slot_targets,
+                      valid_anchor_mask)
 from .config import AuxNoise, aux_noise
 from .io import atomic_path, write_json, write_jsonl
-from .loss import curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce_terms
+from .loss import (curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_ce, slot_kl, slot_weights,
+                   weighted_terms)
 from .optim import Optimizers, build_optimizers
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class TrainConfig:
     noise_scale: float  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
     noise_dtype: str  # "float32" | "storage": where the noise is added (domino.config.AuxNoise)
     loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.batches.LOSS_MASK_AT)
+    loss: str  # "ce" | "kl_div": the per-slot loss (domino.loss.LOSSES); kl_div needs a VerifierHead
     weights_dtype: str  # "float32" | "bfloat16": the trainable weights, optimizer state and updates
     rotary_dtype: str  # "float32" | "weights": the RoPE frequencies in training (see ``set_precision``)
     optimizer: str  # see domino.optim
@@ -116,10 +120,31 @@ def _epoch_order(seed: int, epoch: int, n_rows: int) -> tuple[int, ...]:
     return tuple(torch.randperm(n_rows, generator=keyed_generator(seed, SeedStream.EPOCH_ORDER, epoch)).tolist())
 
 
-def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None, reduce_sum=None):
+class VerifierHead(torch.nn.Module):
+    """The verifier's final norm and its output embedding's draft-vocabulary rows, frozen: what
+    turns a stored last hidden state (``features.last_hidden_state``) into the verifier's logits
+    over the draft vocabulary, the targets of ``train.loss: kl_div`` (PR 685's ``verifier_norm``
+    and ``verifier_lm_head``). Kept apart from the drafter: never trained, saved or exported."""
+
+    def __init__(self, verifier, draft_target_ids: torch.Tensor):
+        super().__init__()
+        self.norm = copy.deepcopy(verifier.model.norm).float().requires_grad_(False)
+        rows = verifier.get_output_embeddings().weight.detach()[draft_target_ids.to(verifier.device)]
+        self.register_buffer("rows", rows.float().cpu().clone())  # (Vd, H)
+
+    @torch.no_grad()
+    def forward(self, last: torch.Tensor) -> torch.Tensor:
+        """(..., H) last hidden states -> (..., Vd) float32 logits."""
+        return self.norm(last.float()) @ self.rows.T
+
+
+def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast_dtype=None, reduce_sum=None,
+                   verifier_head: VerifierHead | None = None):
     """One teacher-forced forward: (base loss, final loss, base logits, final logits, targets, mask).
 
-    ``reduce_sum`` sums the supervised-slot count over data-parallel ranks (None: one process).
+    ``cfg.loss`` picks the per-slot loss: ``ce`` against the stored greedy targets, ``kl_div``
+    against ``verifier_head`` applied to the batch's last hidden states. ``reduce_sum`` sums the
+    supervised-slot count over data-parallel ranks (None: one process).
     """
     B = drafter.cfg.block_size
     valid = valid_anchor_mask(batch["doc_ids"], batch["loss_mask"], B, cfg.loss_mask_at)
@@ -133,8 +158,16 @@ def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast
                                             mv(batch["doc_ids"]), mv(batch["aux"]).to(drafter.fc.weight.dtype),
                                             mv(anchors))
     tgt, mask = mv(tgt), mv(mask)
-    sum_base, count = weighted_ce_terms(base, tgt, mask, w)
-    sum_final = weighted_ce_terms(final, tgt, mask, w)[0] if drafter.head is not None else sum_base
+    if cfg.loss == "kl_div":
+        if verifier_head is None or "last" not in batch:
+            raise ValueError("train.loss kl_div needs the verifier's head and features holding the last hidden "
+                             "state (features.last_hidden_state: true)")
+        p = verifier_head(mv(slot_last_states(batch, anchors, B, drafter.cfg.shift_label)))  # (R, N, B, Vd)
+        per_slot = lambda logits: slot_kl(logits, p)  # noqa: E731
+    else:
+        per_slot = lambda logits: slot_ce(logits, tgt)  # noqa: E731
+    sum_base, count = weighted_terms(per_slot(base), mask, w)
+    sum_final = weighted_terms(per_slot(final), mask, w)[0] if drafter.head is not None else sum_base
     if reduce_sum is not None:
         count = reduce_sum(count)
     count = count.clamp(min=1)
@@ -218,6 +251,7 @@ class _Run:
     world: int
     state_path: Path
     inputs: str
+    verifier_head: VerifierHead | None = None
     step: int = 0
     metrics: list = field(default_factory=list)
     seconds: float = 0.0
@@ -240,7 +274,7 @@ class TrainOutputs:
 
 
 def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path, device="cpu",
-          autocast_dtype=None, max_steps: int | None = None) -> dict:
+          autocast_dtype=None, max_steps: int | None = None, verifier_head: VerifierHead | None = None) -> dict:
     """Train ``drafter`` in place; write the checkpoint, the metrics and the summary to ``out``
     (a ``TrainOutputs``, or a folder holding the workflow's layout).
 
@@ -248,10 +282,16 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     SIGINT (then ``Interrupted`` is raised, its message saying what was saved and how to
     resume); a rerun with the same inputs resumes from it (a state from other settings,
     features or drafter config is refused, naming the file). ``max_steps`` stops early (for
-    tests that simulate a crash); the state is saved there too.
+    tests that simulate a crash); the state is saved there too. ``train.loss: kl_div`` needs
+    ``verifier_head`` and features with the last hidden state.
     """
     out = out if isinstance(out, TrainOutputs) else TrainOutputs.under(out)
+    if cfg.loss == "kl_div" and (verifier_head is None or "last" not in feats):
+        raise ValueError("train.loss kl_div needs the verifier's last hidden state in the features: set "
+                         "features.last_hidden_state true and rerun extract_hidden_states" if "last" not in feats
+                         else "train.loss kl_div needs the verifier's head (train.VerifierHead)")
     run = _start_run(drafter, feats, cfg, Path(out.state_dir) / "state.pt", device, autocast_dtype)
+    run.verifier_head = None if verifier_head is None else verifier_head.to(run.device)
     _resume(run)
     if run.rank == 0:  # rank 0 speaks for the run
         logger.info("%d packed rows of %d tokens, %d steps, weighting %s, optimizer %s, noise %s %g, projector %s, "
@@ -361,7 +401,7 @@ def _train_step(run: _Run) -> dict:
     batch = run.rows.batch(mine, cfg.aux_noise, (cfg.seed, SeedStream.NOISE, step))
     reduce_sum = _all_reduce_sum if run.world > 1 else None
     l_base, l_final, *_ = compute_losses(run.drafter, batch, cfg, (cfg.seed, SeedStream.ANCHORS, step),
-                                         run.device, run.autocast_dtype, reduce_sum)
+                                         run.device, run.autocast_dtype, reduce_sum, run.verifier_head)
     loss = curriculum_loss(l_final, l_base, lam)
     run.opt.zero_grad()
     loss.backward()
@@ -420,7 +460,8 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
 
     Every valid anchor of a batch of rows counts once per slot that the training mask keeps
     (``loss_mask_at``: the predicted token, or the slot's input token, is an assistant token),
-    noise-free. ``overall`` pools the drafting slots
+    noise-free. ``loss`` is the position-weighted cross-entropy against the greedy targets
+    whatever ``train.loss`` trained, so that runs of either loss compare. ``overall`` pools the drafting slots
     (``first_draft_slot .. B-1``) whatever their loss weight: the DFlash shift row's slot 0,
     which has weight 0 and is never trained, counts there, and the noshift anchor slot (slot 0,
     not a draft) does not. ``first_trained_slot`` is the slot that predicts ``a+1`` when its
@@ -428,7 +469,8 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     """
     device = torch.device(device)
     drafter.to(device).eval()
-    rows = PackedRows(feats, cfg.pack_len)
+    rows = PackedRows({k: v for k, v in feats.items() if k != "last"}, cfg.pack_len)
+    ce = replace(cfg, loss="ce")
     dc = drafter.cfg
     B = dc.block_size
     hits_b = hits_f = counted = torch.zeros(B, dtype=torch.long)
@@ -437,7 +479,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     for i in range(0, len(rows), cfg.rows_per_step):
         batch = rows.batch(list(range(i, min(len(rows), i + cfg.rows_per_step))))
         seed = (cfg.seed, SeedStream.VALIDATION, i)
-        l_base, l_final, base, final, tgt, mask = compute_losses(drafter, batch, cfg, seed, device, autocast_dtype)
+        l_base, l_final, base, final, tgt, mask = compute_losses(drafter, batch, ce, seed, device, autocast_dtype)
         hb, c = slot_accuracy(base, tgt, mask)
         hf, _ = slot_accuracy(final, tgt, mask)
         hits_b, hits_f, counted = hits_b + hb.cpu(), hits_f + hf.cpu(), counted + c.cpu()

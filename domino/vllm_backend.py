@@ -230,8 +230,9 @@ class VllmExtractor:
         return self._head
 
     @torch.inference_mode()
-    def __call__(self, part: list[dict], head_rows: torch.Tensor, batch_size: int, dtype: torch.dtype) -> dict:
-        ids_l, mask_l, aux_l, tgt_l = [], [], [], []
+    def __call__(self, part: list[dict], head_rows: torch.Tensor, batch_size: int, dtype: torch.dtype,
+                 last_hidden_state: bool = False) -> dict:
+        ids_l, mask_l, aux_l, tgt_l, last_l = [], [], [], [], []
         for b in range(0, len(part), batch_size):
             batch = part[b:b + batch_size]
             w = self._head_rows(head_rows)
@@ -240,12 +241,13 @@ class VllmExtractor:
                 if hs.shape[:2] != (n, len(self.layers)):
                     raise RuntimeError(f"vLLM hidden states of shape {tuple(hs.shape)} for {n} tokens and "
                                        f"{len(self.layers)} layers")
-                last = self.norm(hs[:, self._last_col].to(w.device, w.dtype))
+                normed = self.norm(hs[:, self._last_col].to(w.device, w.dtype))
                 ids_l.append(torch.tensor(r["input_ids"], dtype=torch.long))
                 mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
                 aux_l.append(hs[:, self._aux_cols].reshape(n, -1).to(dtype))
-                tgt_l.append((last @ w.T).argmax(-1).cpu())
-        return shard_tensors(ids_l, mask_l, aux_l, tgt_l)
+                tgt_l.append((normed @ w.T).argmax(-1).cpu())
+                last_l.append(hs[:, self._last_col].to(dtype))
+        return shard_tensors(ids_l, mask_l, aux_l, tgt_l, last_l if last_hidden_state else None)
 
 
 def served_drafts_per_step(export_dir: str | None) -> int:

@@ -64,7 +64,7 @@ CARD_INFO = {
     "dataset": "ShareGPT",
     "samples": 5000, "seq_len": 4096,
     "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
-    "gamma": 7.0, "optimizer": "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)",
+    "loss": "Position-weighted cross-entropy against the verifier's greedy token (gamma=7)", "optimizer": "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)",
     "precision": "float32 weights; float32 RoPE frequencies",
     "noise": "uniform in [−0.05, 0.05]", "attention_window": "full", "init": "PyTorch's default",
     "block_attention": "bidirectional", "loss_mask": "the predicted position",
@@ -173,7 +173,7 @@ def test_model_and_training_tables(rendered):
         assert training_rows[row] == CARD_INFO[key]
     assert "settings the published card does not state say" in text
     assert training_rows["Base-anchored curriculum"] == "lambda_base 1.0 → 0, decay ratio 0.5"
-    assert training_rows["Loss"] == "Position-weighted cross-entropy (gamma=7)"
+    assert training_rows["Loss"] == CARD_INFO["loss"]
 
 
 def test_benchmark_numbers(rendered):
@@ -436,8 +436,8 @@ def test_malformed_file_names_it(results_copy, rel, content):
 
 def test_missing_values_raise(tmp_path):
     info = dict(CARD_INFO)
-    del info["gamma"]
-    with pytest.raises(ValueError, match="card_info lacks gamma"):
+    del info["loss"]
+    with pytest.raises(ValueError, match="card_info lacks loss"):
         render_results(FIXTURE, tmp_path, info, PROVENANCE)
     with pytest.raises(ValueError, match="card_info scale must be a scale.ScaleStatement"):
         render_results(FIXTURE, tmp_path, {**CARD_INFO, "scale": "card"}, PROVENANCE)

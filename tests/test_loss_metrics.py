@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from domino.loss import lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce
+from domino.loss import lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce, weighted_kl
 from domino.acceptance import acceptance_from_counts, acceptance_summary
 
 
@@ -33,6 +33,29 @@ def test_weighted_ce_by_hand():
     w0 = torch.tensor([0.0, 0.5])
     assert weighted_ce(logits, targets, mask, w0).item() == pytest.approx(0.5 * math.log(4))
     assert weighted_ce(logits, targets, torch.tensor([[False, False]]), w).item() == 0.0
+
+
+def test_weighted_kl_by_hand():
+    # vocab 2. Slot 0: drafter [0, 0] -> q = (1/2, 1/2), verifier [ln 3, 0] -> p = (3/4, 1/4):
+    # KL(p || q) = 3/4 ln(3/2) + 1/4 ln(1/2). Slot 1: the same logits on both sides -> 0.
+    # Weights [1, 0.5], both supervised: (KL_0 + 0.5 * 0) / 2.
+    kl0 = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
+    logits = torch.tensor([[[0.0, 0.0], [1.0, 2.0]]], requires_grad=True)
+    verifier = torch.tensor([[[math.log(3.0), 0.0], [1.0, 2.0]]], requires_grad=True)
+    mask = torch.tensor([[True, True]])
+    w = torch.tensor([1.0, 0.5])
+    loss = weighted_kl(logits, verifier, mask, w)
+    assert loss.item() == pytest.approx(kl0 / 2)
+    loss.backward()
+    assert verifier.grad is None  # the verifier's side is a target, not trained
+    # d KL / d logits = q - p on slot 0, weighted 1 / 2: (1/2 - 3/4, 1/2 - 1/4) / 2
+    torch.testing.assert_close(logits.grad[0, 0], torch.tensor([-0.125, 0.125]))
+    torch.testing.assert_close(logits.grad[0, 1], torch.zeros(2))
+    # a one-hot verifier turns KL into the cross-entropy against its argmax
+    sharp = torch.tensor([[[0.0, 60.0], [60.0, 0.0]]])
+    ce = weighted_ce(logits.detach(), torch.tensor([[1, 0]]), mask, w)
+    assert weighted_kl(logits.detach(), sharp, mask, w).item() == pytest.approx(ce.item(), abs=1e-6)
+    assert weighted_kl(logits.detach(), verifier.detach(), torch.tensor([[False, False]]), w).item() == 0.0
 
 
 def test_lambda_schedule_by_hand():

@@ -258,6 +258,31 @@ def _assert_same_features(a, b):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_extraction_stores_the_last_hidden_state_before_the_final_norm(extraction, tmp_path):
+    """With ``last_hidden_state`` each token's aux-id-L state is stored; the verifier's head
+    over it (``VerifierHead``: final norm, draft rows) gives back the stored greedy target.
+    The other tensors and the shards' names are those of an extraction without it."""
+    from domino.aux import aux_states
+    from domino.train import VerifierHead
+
+    ex = extraction
+    _extract(ex, tmp_path / "plain", lambda message: None)
+    plain = load_features(tmp_path / "plain" / "index.json")
+    index = extract(ex["verifier"], ex["rows"], [1, 2, 4], ex["draft_ids"], tmp_path / "last" / "index.json",
+                    batch_size=2, shard_samples=3, dtype="float32", last_hidden_state=True)
+    assert index["last_hidden_state"] and not plain["index"]["last_hidden_state"] and "last" not in plain
+    feats = load_features(tmp_path / "last" / "index.json")
+    _assert_same_features(feats, plain)
+    L = ex["verifier"].config.num_hidden_layers
+    first = ex["rows"][0]["input_ids"]
+    want = aux_states(ex["verifier"], torch.tensor([first]), [L])[0].float()
+    torch.testing.assert_close(feats["last"][: len(first)], want)
+    normed = ex["verifier"].model(input_ids=torch.tensor([first])).last_hidden_state[0].float()
+    assert not torch.allclose(want, normed, atol=1e-3)  # not the normed state transformers returns last
+    head = VerifierHead(ex["verifier"], ex["draft_ids"])
+    assert torch.equal(head(feats["last"]).argmax(-1), feats["target"])
+
+
 def test_extraction_resumes_at_the_first_missing_shard(extraction, tmp_path):
     out = tmp_path / "feat"
     first = _extract(extraction, out, log=lambda m: None)

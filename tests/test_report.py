@@ -233,6 +233,15 @@ def test_a_per_checkpoint_override_appears_in_its_row(tmp_path, results):
     assert "(Domino:" not in plain and "they differ only in the projector and how block slots map" in plain
 
 
+def test_the_loss_row_names_the_loss_and_pr_685s_choice():
+    ce = report.loss_text({"loss": "ce", "gamma": 7.0})
+    kl = report.loss_text({"loss": "kl_div", "gamma": 4.0})
+    assert ce.startswith("Position-weighted cross-entropy against the verifier's greedy token (gamma=7), "
+                         "speculators PR 685: loss kl_div (`scripts/train.py:884-892")
+    assert kl.startswith("Position-weighted KL from the verifier's distribution over the draft vocabulary (gamma=4), "
+                         "as speculators PR 685 (")
+
+
 def test_the_report_measures_each_variant_that_takes_the_trainers_conventions(tmp_path, results):
     """A variant that differs from Domino only in PR 685's choices (here the fixtures' second
     Domino run declared as PR 685's training precision) gets a row in the reproduction report, its

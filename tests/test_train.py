@@ -16,6 +16,7 @@ from domino.config import AuxNoise
 from domino.batches import PackedRows, draw_aux_noise, keyed_generator, slot_targets, valid_anchor_mask
 from domino.optim import build_optimizers, muon_parameter_names
 from domino.train import Interrupted, TrainConfig, train, validate
+from domino.vocab import target_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -305,6 +306,61 @@ def test_an_interrupted_run_saves_and_says_how_to_resume(tmp_path, monkeypatch):
     assert str(state) in msg and "rerun the same snakemake command" in msg
     assert torch.load(state, weights_only=True)["step"] == 2
     assert signal.getsignal(signal.SIGINT) is before  # the handler is given back
+
+
+# -----------------------------------------------------------------------------
+# the loss
+
+
+def _kl_setup(shift):
+    """A drafter, features holding last hidden states and targets that are their argmax under the
+    verifier's head, and one packed batch with its anchors drawn."""
+    verifier = tiny_verifier()
+    drafter = tiny_drafter(verifier, shift_label=shift).float()
+    head = T.VerifierHead(verifier, target_ids(drafter.d2t))
+    feats = _features()
+    feats["last"] = torch.randn(len(feats["input_ids"]), 64, generator=torch.Generator().manual_seed(3))
+    feats["target"] = head(feats["last"]).argmax(-1)
+    batch = PackedRows(feats, 64).batch([0, 1])
+    return drafter, head, feats, batch
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_kl_loss_reads_the_verifier_state_of_the_position_each_slot_predicts(shift):
+    """``train.loss: kl_div`` takes slot k's distribution from the last hidden state at t - 1,
+    the position whose greedy token ``ce`` takes: with a verifier head sharpened to one-hot the
+    two losses agree, and with the head as it is they do not (a state read one position off
+    gives another argmax, and the sharpened KL would then differ from CE by O(1))."""
+    drafter, head, _, batch = _kl_setup(shift)
+    cfg = replace(CFG, noise="none")
+    seed = (0, 1, 2)
+    ce = T.compute_losses(drafter, batch, replace(cfg, loss="ce"), seed, torch.device("cpu"))
+    sharp = T.VerifierHead.__new__(T.VerifierHead)
+    torch.nn.Module.__init__(sharp)
+    sharp.norm, sharp.rows = head.norm, head.rows * 1e4
+    kl_sharp = T.compute_losses(drafter, batch, replace(cfg, loss="kl_div"), seed, torch.device("cpu"),
+                                verifier_head=sharp)
+    kl = T.compute_losses(drafter, batch, replace(cfg, loss="kl_div"), seed, torch.device("cpu"), verifier_head=head)
+    assert ce[5].sum() > 10  # supervised slots
+    for i in (0, 1):  # base and final losses
+        assert kl_sharp[i].item() == pytest.approx(ce[i].item(), rel=1e-4)
+        assert abs(kl[i].item() - ce[i].item()) > 1e-2
+    with pytest.raises(ValueError, match="features.last_hidden_state"):
+        T.compute_losses(drafter, batch, replace(cfg, loss="kl_div"), seed, torch.device("cpu"))
+
+
+def test_kl_training_runs_and_validation_reports_cross_entropy(tmp_path):
+    """A ``kl_div`` run trains, records its loss in the summary and reports validation in CE,
+    as a ``ce`` run does; features without the last hidden state are refused in one line."""
+    drafter, head, feats, _ = _kl_setup(True)
+    cfg = replace(CFG, loss="kl_div", noise="none")
+    s = train(drafter, feats, cfg, tmp_path / "kl", verifier_head=head)
+    assert s["complete"] and s["config"]["loss"] == "kl_div"
+    v = validate(drafter, feats, cfg)
+    assert v["loss"] == validate(drafter, {k: x for k, x in feats.items() if k != "last"}, replace(cfg, loss="ce"))["loss"]
+    without = {k: x for k, x in feats.items() if k != "last"}
+    with pytest.raises(ValueError, match="set features.last_hidden_state true and rerun extract_hidden_states"):
+        train(drafter, without, cfg, tmp_path / "refused", verifier_head=head)
 
 
 # -----------------------------------------------------------------------------

@@ -86,7 +86,8 @@ def test_extraction_through_vllm_matches_transformers(vllm_micro_run, tmp_path):
     assert index["backend"] == "vllm"
     params = stage_cli_config("extract_hidden_states", {
         "threads": 1, "verifier": {"dtype": "float32"}, "drafter": {"aux_layer_ids": index["aux_layer_ids"]},
-        "features": {"batch_size": 16, "shard_samples": 100, "dtype": index["dtype"], "backend": "transformers"}})
+        "features": {"batch_size": 16, "shard_samples": 100, "dtype": index["dtype"], "backend": "transformers",
+                     "last_hidden_state": index["last_hidden_state"]}})
     subprocess.run([sys.executable, "-m", "domino", "extract_hidden_states", "--config", params,
                     "--verifier", str(repo / "results/verifier/model"),
                     "--vocab", str(repo / "results/draft_vocab/vocab.safetensors"),
@@ -99,8 +100,13 @@ def test_extraction_through_vllm_matches_transformers(vllm_micro_run, tmp_path):
     a, b = ours["aux"].float(), theirs["aux"].float()
     rel = ((a - b).norm(dim=-1) / a.norm(dim=-1)).max().item()
     agree = (ours["target"] == theirs["target"]).float().mean().item()
-    print(f"vLLM vs transformers extraction: max relative aux difference {rel:.2e}, targets agree {agree:.2%}")
+    assert index["last_hidden_state"]  # the default stores it: vLLM's last layer state is checked too
+    a, b = ours["last"].float(), theirs["last"].float()
+    rel_last = ((a - b).norm(dim=-1) / a.norm(dim=-1)).max().item()
+    print(f"vLLM vs transformers extraction: max relative aux difference {rel:.2e}, last hidden state "
+          f"{rel_last:.2e}, targets agree {agree:.2%}")
     assert rel < 2e-2  # bf16 storage of the states; the layer convention being off gives O(1)
+    assert rel_last < 2e-2  # before the final norm in both: the normed state differs by O(1)
     assert agree > 0.98
 
 

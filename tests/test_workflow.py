@@ -226,7 +226,7 @@ def _readme_overlay_line(overlay):
 
 @pytest.mark.parametrize("overlay,added", [
     ("config/sampling.yaml", {"sampling": 2, "report": 1}),  # one job per T > 0; no training, no greedy benchmark
-    ("config/ablations.yaml", {"train": 8, "validate": 8, "benchmark": 1, "report": 1}),  # the 8 variants
+    ("config/ablations.yaml", {"train": 9, "validate": 9, "benchmark": 1, "report": 1}),  # the 9 variants
     ("config/replicates.yaml", {"train": 6, "benchmark": 1, "report": 1}),  # two more seeds per checkpoint
 ])
 def test_the_readme_overlays_add_only_their_jobs_to_a_finished_run(micro_run, overlay, added):

@@ -27,6 +27,7 @@ SETTINGS = {
     "lr": 6e-4,
     "warmup_steps": 50,
     "gamma": 7.0,
+    "loss": "ce",  # "position-weighted cross-entropy" (train.loss)
     "lambda0": 1.0,
     "lambda_ratio": 0.5,
     "drafter": {
@@ -86,6 +87,10 @@ TRAINER_CONVENTIONS = {
         True, "src/speculators/models/dflash/attention.py:43 and 96-97 (non_causal = sliding_window is None "
               "or sliding_window_non_causal), with scripts/train.py:1131-1136 (--sliding-window-non-causal, "
               "off by default) and every draft layer windowed"),
+    "train.loss": (
+        "kl_div", "scripts/train.py:884-892 (--loss-fn kl_div by default) and src/speculators/models/dflash/"
+                  "metrics.py:18 (_DEFAULT_LOSS_CONFIG), the targets from src/speculators/models/dflash/"
+                  "core.py:378-387 (verifier_lm_head(verifier_norm(last hidden state)))"),
     "train.loss_mask_at": (
         "input", "src/speculators/models/dflash/core.py:406 (loss_mask[:, anchored_block_indices], slot k "
                  "at a+k) and src/speculators/models/dflash/utils.py:44-45 (select_anchors: loss_mask[a])"),

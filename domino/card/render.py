@@ -36,7 +36,7 @@ HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}
 CARD_INFO_KEYS = (
     "model_name", "verifier", "base_model", "dataset",
     "samples", "seq_len", "epochs", "lr", "warmup_steps", "lr_schedule", "lambda0", "lambda_ratio",
-    "gamma", "optimizer", "precision", "noise", "attention_window", "block_attention", "loss_mask", "init", "anchors_per_row",
+    "loss", "optimizer", "precision", "noise", "attention_window", "block_attention", "loss_mask", "init", "anchors_per_row",
     "training_hardware", "scale", "license", "datasets", "row_differences", "overrides",
 )
 PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "python", "stage_seconds")

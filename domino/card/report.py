@@ -169,6 +169,13 @@ def block_text(drafter: dict) -> str:
     return f"{words}, {trainer_note('drafter.block_causal', causal)}"
 
 
+def loss_text(train: dict) -> str:
+    """The per-slot loss (``train.loss``) and its slot weights' decay, beside PR 685's choice."""
+    words = ("cross-entropy against the verifier's greedy token" if train["loss"] == "ce" else
+             "KL from the verifier's distribution over the draft vocabulary")
+    return f"Position-weighted {words} (gamma={train['gamma']:g}), {trainer_note('train.loss', train['loss'])}"
+
+
 def loss_mask_text(train: dict) -> str:
     """Which position's loss mask gates a slot and an anchor (``train.loss_mask_at``)."""
     at = train["loss_mask_at"]
@@ -334,7 +341,7 @@ def card_info(cfg: dict, res: dict, trained: dict) -> dict:
         "lr_schedule": "linear",
         "lambda0": each(lambda c: c["train"]["lambda0"]),
         "lambda_ratio": each(lambda c: c["train"]["lambda_ratio"]),
-        "gamma": each(lambda c: c["train"]["gamma"]),
+        "loss": each(lambda c: loss_text(c["train"])),
         "optimizer": each(lambda c: optimizer_text(c["train"])),
         "precision": each(lambda c: precision_text(c["train"])),
         "noise": each(lambda c: noise_text(c["train"], cfg["features"]["dtype"])),
