@@ -62,6 +62,12 @@ from transformers.models.qwen3.modeling_qwen3 import (
 # 1. Configuration
 
 
+def first_draft_slot(shift_label: bool) -> int:
+    """The first block slot that proposes a token: 0 with shift_label (slot k predicts a+k+1),
+    1 without (slot 0 is the anchor itself). A step drafts block_size minus this many tokens."""
+    return 0 if shift_label else 1
+
+
 @dataclass
 class DrafterConfig:
     """Everything that defines a drafter; saved as ``drafter_config.json`` with the weights."""
@@ -115,8 +121,7 @@ class DrafterConfig:
 
     @property
     def first_draft_slot(self) -> int:
-        """The first block slot that proposes a token: 0 with shift_label, 1 without."""
-        return 0 if self.shift_label else 1
+        return first_draft_slot(self.shift_label)
 
     @property
     def drafts_per_step(self) -> int:
@@ -297,22 +302,6 @@ def inference_attention_mask(n_context: int, block_size: int, block_causal: bool
 # 3. The Domino correction head
 
 
-@dataclass(frozen=True)
-class DecodeTables:
-    """Products of a Domino head's weights that decoding looks up instead of computing per slot
-    (``Drafter.decode_tables``; ``DominoHead.draft_in_order`` reads them).
-
-    ``state`` (G, r + 3G) is ``[W1_s ; W_hh]^T`` and ``inputs`` (Vd, 3G) the GRU's ``W_ih e`` of
-    every draft-vocabulary token's embedding, in draft-id order. They hold the weights as they
-    were when built: a decoding session (``domino.decode.NeuralDraft``) builds them once, from
-    the trained weights. The module keeps no copy, so nothing can go stale after an optimizer
-    step or a load, and ``.to()``, ``deepcopy`` and pickling carry no hidden table.
-    """
-
-    state: torch.Tensor
-    inputs: torch.Tensor
-
-
 class DominoHead(nn.Module):
     """GRU over the tokens before each prediction + low-rank residual on the base logits.
 
@@ -345,65 +334,92 @@ class DominoHead(nn.Module):
 
     @staticmethod
     def gru_step(gi_ru, gi_n, gh_ru, gh_n, h):
-        """One step of the bias-free GRU, its products split by gate as PyTorch orders them: gi_ru
-        and gh_ru (1, 2G) are the reset and update rows of ``W_ih x`` and ``W_hh h``, gi_n and
-        gh_n (1, G) their new-gate rows; h (1, G) -> the next state, as ``nn.GRU`` computes it."""
+        """One step of the bias-free GRU for N rows, its products split by gate as PyTorch orders
+        them: gi_ru and gh_ru (N, 2G) are the reset and update rows of ``W_ih x`` and ``W_hh h``,
+        gi_n and gh_n (N, G) their new-gate rows; h (N, G) -> the next state, as ``nn.GRU``
+        computes it."""
         r, u = torch.sigmoid_(gi_ru + gh_ru).chunk(2, dim=1)
         new = torch.tanh_(torch.addcmul(gi_n, r, gh_n))
         return torch.lerp(new, h, u)  # new + u * (h - new)
 
-    def state_weight(self) -> torch.Tensor:
-        """(G, r + 3G): ``[W1_s ; W_hh]^T``, so that one product of a GRU state s gives both
-        ``W1_s s`` and ``W_hh s`` (``draft_in_order``)."""
-        w1, w_hh = self.down.weight, self.gru.weight_hh_l0
-        return torch.cat([w1[:, w1.shape[1] - w_hh.shape[1]:], w_hh]).t()  # the transpose stays a view
+
+@dataclass(frozen=True)
+class DecodeTables:
+    """A Domino head's weights as decoding reads them, with the products it looks up instead of
+    computing per slot. One implementation of the decode-time correction (``draft_in_order``)
+    serves the project's loop (``Drafter.decode_tables``) and vLLM's plugin
+    (``domino.vllm_plugin``), so both round alike in every dtype.
+
+    ``z_weight`` (r, H) is W1's backbone half, ``up`` (r, Vd) W2 transposed, ``anchor_weight``
+    (3G, H) the GRU's ``W_ih``; ``state`` (G, r + 3G) is ``[W1_s ; W_hh]^T`` and ``inputs``
+    (Vd, 3G) the GRU's ``W_ih e`` of every draft-vocabulary token's embedding, in draft-id order.
+    They are copies of the weights as they were when built: a decoding session
+    (``domino.decode.NeuralDraft``) builds them once, from the trained weights. The module keeps
+    none, so nothing can go stale after an optimizer step or a load, and ``.to()``, ``deepcopy``
+    and pickling carry no hidden table.
+    """
+
+    z_weight: torch.Tensor
+    up: torch.Tensor
+    anchor_weight: torch.Tensor
+    state: torch.Tensor
+    inputs: torch.Tensor
+
+    @classmethod
+    @torch.no_grad()
+    def from_weights(cls, w_ih, w_hh, w_down, w_up, vocab_emb) -> "DecodeTables":
+        """From a bias-free GRU's ``weight_ih_l0`` (3G, H) and ``weight_hh_l0`` (3G, G), the
+        bottleneck's weight (r, H + G) over ``[z ; s]``, the up projection's (Vd, r) and the
+        draft vocabulary's token embeddings (Vd, H), in draft-id order."""
+        H = w_ih.shape[1]
+        return cls(z_weight=w_down[:, :H].clone(), up=w_up.t().clone(), anchor_weight=w_ih.clone(),
+                   state=torch.cat([w_down[:, H:], w_hh]).t().contiguous(),
+                   inputs=F.linear(vocab_emb.to(w_ih.dtype), w_ih))
 
     @torch.no_grad()
-    def draft_in_order(self, z, base, corrected_from: int, anchor_emb, tables: DecodeTables, choose):
-        """Inference: the draft-vocabulary ids of n consecutive drafting slots, one slot at a time.
+    def draft_in_order(self, z, base, corrected_from: int, anchor_emb, choose):
+        """Inference: the draft-vocabulary ids of n consecutive drafting slots of N blocks, one
+        slot at a time.
 
-        z (n, H) backbone outputs and base (n, Vd) logits of the drafting slots in order;
-        drafting slot i is corrected when ``i >= corrected_from``. The GRU state of slot i has
-        read the anchor (``anchor_emb`` (1, H)) and the drafts of slots 0..i-1, in order: the
-        state ``teacher_forced_states`` gives slot i in training when those drafts are the
-        known tokens. ``tables`` holds ``state_weight`` and ``W_ih e`` of each draft-vocabulary
-        id's embedding (``DecodeTables``, ``Drafter.decode_tables``), and
-        ``choose(logits (1, Vd)) -> (1,)`` picks a slot's id (argmax, or a sampler).
-        Returns ids (n,) and final logits (n, Vd).
+        z (N, n, H) backbone outputs and base (N, n, Vd) logits of each block's drafting slots
+        in order; drafting slot i is corrected when ``i >= corrected_from``. The GRU state of
+        slot i has read the anchor (``anchor_emb`` (N, H)) and the drafts of slots 0..i-1, in
+        order: the state ``DominoHead.teacher_forced_states`` gives slot i in training when those
+        drafts are the known tokens. ``choose(logits (N, Vd)) -> (N,)`` picks a slot's ids
+        (argmax, or a sampler). Returns ids (N, n) and final logits (N, n, Vd).
 
-        The arithmetic of ``correction`` and of the GRU, arranged so that a slot costs a dozen
-        small operations: the bottleneck's input splits as ``W1 [z ; s] = W1_z z + W1_s s``, and
-        ``W1_z z`` does not depend on the drafts, so it is computed for every slot at once; the
-        state's two products ``W1_s s`` (this slot's correction, ``W1_z z`` added in the same
-        call) and ``W_hh s`` (the next GRU step) come from one matrix product (``tables.state``,
-        built once per decoding session), split by gate in one call; a drafted token's ``W_ih e``
-        is looked up in ``tables.inputs``; the GRU step is written out (``gru_step``) rather
-        than run through ``torch.gru_cell``, which costs more than the rest of the slot at these
-        sizes. The ids stay on the device; the caller reads them once per block.
+        The arithmetic of ``DominoHead.correction`` and of the GRU, arranged so that a slot
+        costs a dozen small operations: the bottleneck's input splits as
+        ``W1 [z ; s] = W1_z z + W1_s s``, and ``W1_z z`` does not depend on the drafts, so it is
+        computed for every slot at once; the state's two products ``W1_s s`` (this slot's
+        correction, ``W1_z z`` added in the same call) and ``W_hh s`` (the next GRU step) come
+        from one matrix product (``state``), split by gate in one call; a drafted token's
+        ``W_ih e`` is looked up in ``inputs``; the GRU step is written out
+        (``DominoHead.gru_step``) rather than run through ``torch.gru_cell``, which costs more
+        than the rest of the slot at these sizes. The ids stay on the device; the caller reads
+        them once per block.
         """
-        n, H = z.shape
-        G, r = self.gru.hidden_size, self.down.out_features
+        N, n, H = z.shape
+        G, r = self.state.shape[0], self.z_weight.shape[0]
         parts = [r, 2 * G, G]  # a state's product: W1_s s | W_hh s, reset and update rows | W_hh s, new rows
-        # one product per slot: [z_part ; 0] + s @ [W1_s ; W_hh]^T = [W1 [z ; s] ; W_hh s], (1, r + 3G)
-        w_state = tables.state  # (G, r + 3G)
-        z_rows = F.pad(F.linear(z, self.down.weight[:, :H]), (0, 3 * G)).split(1)  # n x (1, r + 3G)
-        w_up = self.up.weight.t()  # (r, Vd), a view
-        base_rows = base.split(1)  # n x (1, Vd)
-        zeros = z.new_zeros(1, 3 * G)
-        h = self.gru_step(*F.linear(anchor_emb, self.gru.weight_ih_l0).split(parts[1:], 1),  # read the anchor
-                          *zeros.split(parts[1:], 1), zeros[:, :G])
+        # one product per slot: [z_part ; 0] + s @ [W1_s ; W_hh]^T = [W1 [z ; s] ; W_hh s], (N, r + 3G)
+        z_rows = F.pad(F.linear(z, self.z_weight), (0, 3 * G))  # (N, n, r + 3G)
+        zeros = z.new_zeros(N, 3 * G)
+        gru_step = DominoHead.gru_step
+        h = gru_step(*F.linear(anchor_emb, self.anchor_weight).split(parts[1:], 1),  # read the anchor
+                     *zeros.split(parts[1:], 1), zeros[:, :G])
         ids, rows = [], []
         for i in range(n):
-            bottleneck, gh_ru, gh_n = torch.addmm(z_rows[i], h, w_state).split(parts, 1)
-            logits = base_rows[i]
+            bottleneck, gh_ru, gh_n = torch.addmm(z_rows[:, i], h, self.state).split(parts, 1)
+            logits = base[:, i]
             if i >= corrected_from:
-                logits = torch.addmm(logits, F.silu(bottleneck), w_up)
-            tok = choose(logits)  # (1,)
+                logits = torch.addmm(logits, F.silu(bottleneck), self.up)
+            tok = choose(logits)  # (N,)
             ids.append(tok)
             rows.append(logits)
             if i + 1 < n:  # the next slot's state reads this draft
-                h = self.gru_step(*F.embedding(tok, tables.inputs).split(parts[1:], 1), gh_ru, gh_n, h)
-        return torch.cat(ids), torch.cat(rows)
+                h = gru_step(*F.embedding(tok, self.inputs).split(parts[1:], 1), gh_ru, gh_n, h)
+        return torch.stack(ids, 1), torch.stack(rows, 1)
 
 
 # -----------------------------------------------------------------------------
@@ -476,20 +492,15 @@ class Drafter(nn.Module):
     def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]
 
-    def gru_input_table(self) -> torch.Tensor:
-        """(Vd, 3G): the Domino GRU's input projection ``W_ih e`` of every draft-vocabulary token's
-        embedding, in draft-id order: what a drafted token feeds the GRU at inference, looked up
-        instead of computed per slot."""
-        w_ih, emb = self.head.gru.weight_ih_l0, self.embed_tokens.weight
-        ids = self.draft_to_target(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
-        return F.linear(emb[ids].to(w_ih.dtype), w_ih)
-
     @torch.no_grad()
     def decode_tables(self) -> DecodeTables | None:
         """The Domino head's decoding tables from the weights as they are now; None without a head."""
         if self.head is None:
             return None
-        return DecodeTables(self.head.state_weight(), self.gru_input_table())
+        ids = self.draft_to_target(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
+        h = self.head
+        return DecodeTables.from_weights(h.gru.weight_ih_l0, h.gru.weight_hh_l0, h.down.weight, h.up.weight,
+                                         self.embed_tokens.weight[ids])
 
     # --- the shared pieces ----------------------------------------------------------------
 
@@ -587,9 +598,9 @@ class Drafter(nn.Module):
         else:
             choose = (lambda rows: rows.argmax(-1)) if pick_token is None else pick_token
             # the correction reads the anchor and then each drafted token, so slots go in order
-            ids, logits = self.head.draft_in_order(z, base, cfg.correct_from - first,
-                                                   self.embed_tokens(block_ids[0, :1]).to(z.dtype),
-                                                   tables or self.decode_tables(), choose)
+            ids, logits = (tables or self.decode_tables()).draft_in_order(
+                z[None], base[None], cfg.correct_from - first, self.embed_tokens(block_ids[0, :1]).to(z.dtype), choose)
+            ids, logits = ids[0], logits[0]
         drafts = self.draft_to_target(ids).tolist()
         return (drafts, logits) if return_logits else drafts
 

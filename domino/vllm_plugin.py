@@ -16,8 +16,9 @@ Registered through the ``vllm.general_plugins`` entry point (``pyproject.toml``)
   the token at ``p + k + 1``, as ``Drafter.draft`` does; the unshifted layout is vLLM's own.
 * **Domino correction**: the draft rows' logits in draft-vocabulary space, corrected slot by slot
   from ``correct_from`` with the GRU state over the anchor and the tokens drafted so far, argmax,
-  then ``d2t``, exactly as ``Drafter.draft`` (greedy drafts only; vLLM's draft sampling is not
-  patched and the plugin refuses it).
+  then ``d2t``, by the function ``Drafter.draft`` drafts with
+  (``domino.model.DecodeTables.draft_in_order``), so both round alike in bf16 too (greedy drafts
+  only; vLLM's draft sampling is not patched and the plugin refuses it).
 
 Everything is applied only to drafts whose config carries ``domino_config``; other speculative
 methods and checkpoints are served as vLLM serves them.
@@ -67,7 +68,9 @@ def check_runner(environ=os.environ) -> None:
 
 def trained_drafts(cfg: dict) -> int:
     """Drafts per step an export was trained for: B with ``shift_label``, B - 1 without."""
-    return cfg["block_size"] if cfg["shift_label"] else cfg["block_size"] - 1
+    from .model import first_draft_slot
+
+    return cfg["block_size"] - first_draft_slot(cfg["shift_label"])
 
 
 def check_served_drafts(cfg: dict, served: int) -> None:
@@ -258,30 +261,34 @@ def _shifted_first_pass(self, next_token_ids, target_positions, target_hidden_st
 def domino_greedy_drafts(model, cfg: dict, hidden_states, anchors, n_drafts: int):
     """Greedy drafts of ``Drafter.draft`` from vLLM's draft rows: ``hidden_states`` (N * n, H)
     are the normed rows of N requests' blocks that propose tokens (slot ``first + i`` for row
-    i), ``anchors`` (N,) their anchor tokens. Returns (N * n,) target-vocabulary ids."""
-    import torch
+    i), ``anchors`` (N,) their anchor tokens. Returns (N * n,) target-vocabulary ids.
+
+    The correction is ``domino.model.DecodeTables.draft_in_order``, the function the project's
+    loop drafts with, on tables built from the served weights: the same operations in the same
+    order, so the two round alike in bf16 too."""
+    from .model import first_draft_slot
 
     H = hidden_states.shape[-1]
     z = hidden_states.view(-1, n_drafts, H)
-    base = model.draft_logits(hidden_states).view(z.shape[0], n_drafts, -1)
-    shift = int(cfg["shift_label"])
-    first = 0 if shift else 1
-    known = [anchors.long()]  # u_j: the token at anchor position + j
-    h, n_read, out = None, 0, []
-    for i in range(n_drafts):
-        k = first + i
-        logits = base[:, i]
-        if k >= cfg["correct_from"]:
-            while n_read < k + shift:  # the state for slot k has read u_0 .. u_{k+shift-1}
-                e = model.token_embeddings(known[n_read]).to(z.dtype)[:, None]
-                _, h = model.domino_head.prefix_gru(e, h)
-                n_read += 1
-            s = h[0] if h is not None else z.new_zeros(z.shape[0], cfg["gru_hidden_size"])
-            logits = logits + model.domino_head.embed_proj(torch.cat([z[:, i], s], dim=-1))
-        tok = model.draft_to_target(logits.argmax(-1))
-        out.append(tok)
-        known.append(tok)
-    return torch.stack(out, dim=1).reshape(-1)
+    base = model.draft_logits(hidden_states).view(z.shape[0], n_drafts, -1).to(z.dtype)
+    ids, _ = model.decode_tables().draft_in_order(
+        z, base, cfg["correct_from"] - first_draft_slot(cfg["shift_label"]),
+        model.token_embeddings(anchors.long()).to(z.dtype), lambda rows: rows.argmax(-1))
+    return model.draft_to_target(ids).reshape(-1)
+
+
+def served_tables(model):
+    """``domino.model.DecodeTables`` of a served Domino drafter, on its weights' device: from its
+    ``domino_head`` under the exported names (``prefix_gru``, ``embed_proj``) and the token
+    embeddings of its draft vocabulary."""
+    import torch
+
+    from .model import DecodeTables
+
+    gru, proj = model.domino_head.prefix_gru, model.domino_head.embed_proj
+    ids = torch.arange(proj[2].weight.shape[0], device=proj[2].weight.device)
+    return DecodeTables.from_weights(gru.weight_ih_l0, gru.weight_hh_l0, proj[0].weight, proj[2].weight,
+                                     model.token_embeddings(model.draft_to_target(ids)))
 
 
 # ----------------------------------------------------------------------------- the model
@@ -310,6 +317,7 @@ def _model_class():
             cfg = domino_config(self.config)
             self.domino_head = DominoHead(cfg["hidden_size"], cfg["gru_hidden_size"], cfg["bottleneck_size"],
                                           cfg["draft_vocab_size"])
+            self._decode_tables = None
 
         def load_weights(self, weights):
             head, rest = {}, []
@@ -326,11 +334,18 @@ def _model_class():
                 for name, t in ours.items():
                     t.copy_(head[name].to(t.dtype))
             loaded = super().load_weights(rest)  # vLLM's DFlash returns None: no loaded-name check
+            self._decode_tables = None  # built from these weights at the first draft
             return None if loaded is None else set(loaded) | {f"domino_head.{n}" for n in head}
 
         def draft_logits(self, hidden_states):
             """Draft-vocabulary logits (vLLM's ``compute_logits`` scatters them to the target's)."""
             return self.logits_processor(self.lm_head, hidden_states)
+
+        def decode_tables(self):
+            """The loaded head's decoding tables (``served_tables``), built once."""
+            if self._decode_tables is None:
+                self._decode_tables = served_tables(self)
+            return self._decode_tables
 
         def token_embeddings(self, ids):
             return self.model.embed_input_ids(ids)
