@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import copy
 import logging
 import math
 import signal
 import time
-import copy
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -162,8 +162,9 @@ def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast
         if verifier_head is None or "last" not in batch:
             raise ValueError("train.loss kl_div needs the verifier's head and features holding the last hidden "
                              "state (features.last_hidden_state: true)")
-        p = verifier_head(mv(slot_last_states(batch, anchors, B, drafter.cfg.shift_label)))  # (R, N, B, Vd)
-        per_slot = lambda logits: slot_kl(logits, p)  # noqa: E731
+        states = slot_last_states(batch, anchors, B, drafter.cfg.shift_label)  # (R, N, B, H)
+        verifier_logits = verifier_head(mv(states))  # (R, N, B, Vd)
+        per_slot = lambda logits: slot_kl(logits, verifier_logits)  # noqa: E731
     else:
         per_slot = lambda logits: slot_ce(logits, tgt)  # noqa: E731
     sum_base, count = weighted_terms(per_slot(base), mask, w)
@@ -330,11 +331,16 @@ def _start_run(drafter, feats: dict, cfg: TrainConfig, state_path: Path, device,
         raise ValueError(f"train.rows_per_step {cfg.rows_per_step} must be a multiple of the {world} ranks")
     set_precision(drafter, cfg)
     drafter.to(device).train()
-    rows = PackedRows(feats, cfg.pack_len)
+    rows = PackedRows(feats if cfg.loss == "kl_div" else _without_last(feats), cfg.pack_len)
     return _Run(drafter=drafter, cfg=cfg, rows=rows, total=total_steps(len(rows), cfg),
                 opt=build_optimizers(drafter, cfg), params=[p for p in drafter.parameters() if p.requires_grad],
                 device=device, autocast_dtype=autocast_dtype, rank=rank, world=world, state_path=state_path,
                 inputs=_inputs_fingerprint(drafter, feats))
+
+
+def _without_last(feats: dict) -> dict:
+    """The features without the last hidden state: what a ``ce`` loss and validation read."""
+    return {k: v for k, v in feats.items() if k != "last"}
 
 
 def _resume(run: _Run) -> None:
@@ -469,7 +475,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     """
     device = torch.device(device)
     drafter.to(device).eval()
-    rows = PackedRows({k: v for k, v in feats.items() if k != "last"}, cfg.pack_len)
+    rows = PackedRows(_without_last(feats), cfg.pack_len)
     ce = replace(cfg, loss="ce")
     dc = drafter.cfg
     B = dc.block_size
