@@ -351,8 +351,8 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
     t = cfg["train"]
     if not cfg["features"]["last_hidden_state"]:
-        for name in ["train", *(f"checkpoints.{n}.train" for n in kinds)]:
-            section = t if name == "train" else kinds[name.split(".")[1]].get("train") or {}
+        sections = {"train": t, **{f"checkpoints.{n}.train": k.get("train") or {} for n, k in kinds.items()}}
+        for name, section in sections.items():
             if section.get("loss") == "kl_div":
                 raise ConfigError(f"{name}.loss: kl_div computes the verifier's distribution from the stored last "
                                   "hidden state, which features.last_hidden_state: false leaves out (allowed: "

@@ -25,6 +25,7 @@ in one line naming it and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -150,9 +151,11 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype, last_h
         x = torch.zeros(len(batch), T, dtype=torch.long)
         for j, r in enumerate(batch):
             x[j, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
-        with AuxCapture(verifier, aux_layer_ids) as cap, AuxCapture(verifier, [L]) as last_cap:
+        last_capture = AuxCapture(verifier, [L]) if last_hidden_state else contextlib.nullcontext()
+        with AuxCapture(verifier, aux_layer_ids) as cap, last_capture as last_cap:
             out = verifier.model(input_ids=x.to(dev))
-        aux, last = cap.aux(), last_cap.aux()  # last: aux id L, the state before the final norm
+        aux = cap.aux()
+        last = last_cap.aux() if last_hidden_state else None  # aux id L: the state before the final norm
         greedy = (out.last_hidden_state @ head.T.to(out.last_hidden_state.dtype)).argmax(-1)  # draft ids
         for j, r in enumerate(batch):
             n = len(r["input_ids"])
@@ -170,7 +173,8 @@ def shard_tensors(ids_l, mask_l, aux_l, tgt_l, last_l=None) -> dict:
     (``last`` only when ``last_l`` is given)."""
     lengths = torch.tensor([len(t) for t in ids_l])
     extra = {} if last_l is None else {"last": torch.cat(last_l).contiguous()}
-    return {**extra,
+    return {
+        **extra,
         "input_ids": torch.cat(ids_l).contiguous(),
         "loss_mask": torch.cat(mask_l).contiguous(),
         "aux": torch.cat(aux_l).contiguous(),

@@ -64,8 +64,13 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 def first_draft_slot(shift_label: bool) -> int:
     """The first block slot that proposes a token: 0 with shift_label (slot k predicts a+k+1),
-    1 without (slot 0 is the anchor itself). A step drafts block_size minus this many tokens."""
+    1 without (slot 0 is the anchor itself)."""
     return 0 if shift_label else 1
+
+
+def drafts_per_step(block_size: int, shift_label: bool) -> int:
+    """Tokens a step drafts: B with shift_label, B - 1 without."""
+    return block_size - first_draft_slot(shift_label)
 
 
 @dataclass
@@ -125,7 +130,7 @@ class DrafterConfig:
 
     @property
     def drafts_per_step(self) -> int:
-        return self.block_size - self.first_draft_slot
+        return drafts_per_step(self.block_size, self.shift_label)
 
     @classmethod
     def from_verifier(cls, verifier_config, **fields) -> "DrafterConfig":

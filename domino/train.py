@@ -14,10 +14,10 @@ single-process update on the same global batch. Rank 0 alone writes files and lo
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
-import copy
 import logging
 import math
 import signal
@@ -287,10 +287,11 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     ``verifier_head`` and features with the last hidden state.
     """
     out = out if isinstance(out, TrainOutputs) else TrainOutputs.under(out)
-    if cfg.loss == "kl_div" and (verifier_head is None or "last" not in feats):
+    if cfg.loss == "kl_div" and "last" not in feats:
         raise ValueError("train.loss kl_div needs the verifier's last hidden state in the features: set "
-                         "features.last_hidden_state true and rerun extract_hidden_states" if "last" not in feats
-                         else "train.loss kl_div needs the verifier's head (train.VerifierHead)")
+                         "features.last_hidden_state true and rerun extract_hidden_states")
+    if cfg.loss == "kl_div" and verifier_head is None:
+        raise ValueError("train.loss kl_div needs the verifier's head (train.VerifierHead)")
     run = _start_run(drafter, feats, cfg, Path(out.state_dir) / "state.pt", device, autocast_dtype)
     run.verifier_head = None if verifier_head is None else verifier_head.to(run.device)
     _resume(run)

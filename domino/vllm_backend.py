@@ -246,7 +246,8 @@ class VllmExtractor:
                 mask_l.append(torch.tensor(r["loss_mask"], dtype=torch.uint8))
                 aux_l.append(hs[:, self._aux_cols].reshape(n, -1).to(dtype))
                 tgt_l.append((normed @ w.T).argmax(-1).cpu())
-                last_l.append(hs[:, self._last_col].to(dtype))
+                if last_hidden_state:
+                    last_l.append(hs[:, self._last_col].to(dtype))
         return shard_tensors(ids_l, mask_l, aux_l, tgt_l, last_l if last_hidden_state else None)
 
 

@@ -68,9 +68,9 @@ def check_runner(environ=os.environ) -> None:
 
 def trained_drafts(cfg: dict) -> int:
     """Drafts per step an export was trained for: B with ``shift_label``, B - 1 without."""
-    from .model import first_draft_slot
+    from .model import drafts_per_step
 
-    return cfg["block_size"] - first_draft_slot(cfg["shift_label"])
+    return drafts_per_step(cfg["block_size"], cfg["shift_label"])
 
 
 def check_served_drafts(cfg: dict, served: int) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -417,7 +418,7 @@ def test_the_plugin_corrects_drafts_as_our_loop_does(dtype, fields):
     z = drafter.norm(torch.randn(N_BLOCKS, n, cfg.hidden_size, generator=g).to(dtype))  # backbone outputs, normed
     anchors = torch.randint(0, cfg.target_vocab_size - 1, (N_BLOCKS,), generator=g)
     served = _Served(drafter)
-    theirs = torch.cat([vllm_plugin.domino_greedy_drafts(served, asdict_(cfg), z[i:i + 8].reshape(-1, cfg.hidden_size),
+    theirs = torch.cat([vllm_plugin.domino_greedy_drafts(served, asdict(cfg), z[i:i + 8].reshape(-1, cfg.hidden_size),
                                                          anchors[i:i + 8], n).view(-1, n) for i in range(0, N_BLOCKS, 8)])
     tables = drafter.decode_tables()
     ours = []
@@ -432,12 +433,6 @@ def test_the_plugin_corrects_drafts_as_our_loop_does(dtype, fields):
     # the control: in bf16 another order moves some drafts (5-7 of 160 here), so equality above
     # means the same operations; in float32 the rounding stays below the drafts' margins
     assert differ > 0 if dtype == torch.bfloat16 else differ == 0
-
-
-def asdict_(cfg):
-    from dataclasses import asdict
-
-    return asdict(cfg)
 
 
 @pytest.mark.parametrize("shift, causal, served, allowed", [
