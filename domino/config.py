@@ -362,6 +362,9 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")
     if cfg["device"] == "cpu" and t.get("autocast"):
         raise ConfigError("train.autocast: bf16/fp16 autocast needs device cuda (allowed on cpu: null)")
+    if "humaneval" not in cfg["benchmark"]["suites"]:
+        raise ConfigError(f"benchmark.suites: {cfg['benchmark']['suites']} leaves out humaneval, whose results are "
+                          "the card's tables (allowed: a list with humaneval, other suites beside it)")
     vl = cfg.get("vllm", {})
     uses_vllm = cfg["features"].get("backend") == "vllm" or vl.get("benchmark")
     if uses_vllm and not vl.get("python"):
@@ -415,15 +418,16 @@ def vllm_runs(cfg: dict) -> list[str]:
 
 
 # What an overlay may change in a directory that holds a finished run: it may only add jobs.
-ADDITIVE = ("new checkpoints: entries, a higher train.replicates, new benchmark.temperatures, the vLLM cross-check "
-            "switched on (vllm.*, the features extracted by transformers)")
+ADDITIVE = ("new checkpoints: entries, a higher train.replicates, new benchmark.temperatures, new benchmark.suites, "
+            "the vLLM cross-check switched on (vllm.*, the features extracted by transformers)")
 
 
 def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
     """How going from config ``before`` to ``after`` (both validated) would change results that
     exist, one ``"key: old -> new"`` per changed key; empty when ``after`` only adds jobs
     (``ADDITIVE``): a new entry of ``checkpoints:`` trains a new variant, a higher
-    ``train.replicates`` new replicates, a new temperature a new sampling job, the vLLM section
+    ``train.replicates`` new replicates, a new temperature a new sampling job, a new suite a new
+    benchmark job (and sampling jobs), the vLLM section
     on a run without vLLM results the vLLM benchmark jobs. The benchmark,
     which decodes every trained run side by side, and the report then run again, as they do for
     any new job."""
@@ -440,7 +444,7 @@ def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
         elif where == "train.replicates":
             if after[key] < before[key]:
                 changes.append(f"{where}: {before[key]} -> {after[key]} (fewer replicates)")
-        elif where == "benchmark.temperatures":
+        elif where in ("benchmark.temperatures", "benchmark.suites"):
             gone = [t for t in before[key] if t not in after[key]]
             if gone:
                 changes.append(f"{where}: {before[key]} -> {after[key]} (drops {gone})")

@@ -398,31 +398,31 @@ def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: s
     logger.info(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
 
 
-_BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.dataset",
+_BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.sources.{suite}",
               "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template", "benchmark.threads")
 _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]", "baseline": "output",
             "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
 
 
-@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"), _DECODED)
-def benchmark(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
-              outs: list[str]) -> None:
-    """Greedy: every prompt plain and with each run's drafter, back to back in this one job."""
-    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
+@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"), {"suite": "wildcard", **_DECODED})
+def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
+              baseline: str, outs: list[str]) -> None:
+    """Greedy: every task of one suite plain and with each run's drafter, back to back in this one job."""
+    _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
                 tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]))
 
 
-def _decode_all(cfg: StageConfig, runs: list[str], verifier: str, checkpoint_dirs: list[str], baseline: str,
-                outs: list[str], temperature: float, top_p: float, tie_tolerance: float | None) -> None:
+def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
+                baseline: str, outs: list[str], temperature: float, top_p: float, tie_tolerance: float | None) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order."""
     from . import bench as bench_lib
 
     config = bench_lib.BenchmarkConfig(
         device=cfg["device"], verifier_name=cfg["verifier.name"], verifier_dtype=cfg["verifier.dtype"],
-        enable_thinking=cfg["data.enable_thinking"], dataset=cfg["benchmark.dataset"],
+        enable_thinking=cfg["data.enable_thinking"], dataset=cfg[f"benchmark.sources.{suite}"],
         max_prompts=cfg["benchmark.max_prompts"], max_new_tokens=cfg["benchmark.max_new_tokens"],
         chat_template=cfg["benchmark.chat_template"], threads=cfg["benchmark.threads"], seed=cfg["seed"],
-        temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance)
+        temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance, suite=suite)
     bench_lib.run_benchmark(config, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
                             {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))})
 
@@ -443,12 +443,12 @@ def export(cfg: StageConfig, verifier: str, checkpoint_dir: str, summary: str, o
                 f"{tokens} speculative tokens, {c['dtype']})")
 
 
-@stage("sampling", (*_BENCHMARK, "benchmark.top_p"), {"temperature": "wildcard", **_DECODED})
-def sampling(cfg: StageConfig, temperature: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
-             baseline: str, outs: list[str]) -> None:
+@stage("sampling", (*_BENCHMARK, "benchmark.top_p"), {"temperature": "wildcard", "suite": "wildcard", **_DECODED})
+def sampling(cfg: StageConfig, temperature: str, suite: str, runs: list[str], verifier: str,
+             checkpoint_dirs: list[str], baseline: str, outs: list[str]) -> None:
     """The benchmark at temperature T > 0: plain and speculative sampling of every prompt. Their
     tokens differ by design; losslessness is a property of the distribution (tests/test_sampling.py)."""
-    _decode_all(cfg, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature),
+    _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature),
                 top_p=cfg["benchmark.top_p"], tie_tolerance=0.0)
 
 

@@ -22,7 +22,7 @@ from .decode import DecodeResult
 TIMING = ("paired: every decoder on each prompt back to back, the order rotated cyclically from one prompt to the "
           "next, garbage collection off while a decode is timed, one untimed warm-up of a full block per decoder")
 
-PLAIN = "baseline"  # the plain decoder's name in a paired run, and its run's: results/benchmark/baseline.json
+PLAIN = "baseline"  # the plain decoder's name in a paired run, and its run's: results/benchmark/humaneval/baseline.json
 
 Decode = Callable[[int, list[int], int], DecodeResult]  # (prompt index, prompt ids, max new tokens) -> result
 
@@ -102,3 +102,20 @@ def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_to
         order = rotation(names, i)
         out.append(PromptDecodes({name: timed(runs[name], i, ids, max_new_tokens) for name in order}, order))
     return out
+
+
+def _joined(results: list[DecodeResult]) -> DecodeResult:
+    """The decodes of a task's turns as one: tokens and steps in turn order, seconds summed, the
+    last turn's stop reason."""
+    return DecodeResult([t for r in results for t in r.new_token_ids], [a for r in results for a in r.accepted_per_step],
+                        sum(r.draft_seconds for r in results), sum(r.verify_seconds for r in results),
+                        sum(r.seconds for r in results), results[-1].stop_reason)
+
+
+def merge_turns(turns: tuple[PromptTiming, ...] | list[PromptTiming]) -> PromptTiming:
+    """A task of several turns as one timing, the unit of its suite's intervals: each decoder's
+    turns joined (tokens, steps and seconds), the first turn's places in the order."""
+    first = turns[0]
+    speculative = None if first.speculative is None else _joined([t.speculative for t in turns])
+    return PromptTiming(_joined([t.plain for t in turns]), speculative, first.plain_first, first.position,
+                        first.plain_position)

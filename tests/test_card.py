@@ -51,7 +51,7 @@ def embedded_scale() -> scale.ScaleStatement:
     """The embedded default's statement, with the fixtures' drafter shape and protocol."""
     cfg = validate_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
     settings = scale.run_settings(cfg, None, fixture("train/domino/checkpoint/drafter_config.json"),
-                                  fixture("benchmark/baseline.json")["protocol"])
+                                  fixture("benchmark/humaneval/baseline.json")["protocol"])
     return scale.scale_statement(cfg, settings, "NVIDIA H200")
 
 
@@ -178,7 +178,7 @@ def test_model_and_training_tables(rendered):
 
 def test_benchmark_numbers(rendered):
     _, _, text, _ = rendered
-    files = {c: fixture(f"benchmark/{c}.json") for c in ["baseline", *CKPTS]}
+    files = {c: fixture(f"benchmark/humaneval/{c}.json") for c in ["baseline", *CKPTS]}
     bench = {c: f["summary"] for c, f in files.items()}
 
     ckpt_rows = {r[0]: r for r in table(text, SEED_HEADERS[1])}
@@ -285,7 +285,7 @@ def test_additions(rendered):
 
 def test_reproduction_report(rendered):
     _, _, _, repro = rendered
-    bench = {c: fixture(f"benchmark/{c}.json")["summary"] for c in CKPTS}
+    bench = {c: fixture(f"benchmark/humaneval/{c}.json")["summary"] for c in CKPTS}
     rows = {r[0]: r[1:] for _, t in tables(repro) for r in t}
     published_figures = published.FIGURES
     for c in CKPTS:
@@ -323,7 +323,7 @@ def test_card_parses_as_hf_model_card(rendered):
     assert parsed.data.to_dict()["model-index"][0]["name"] == CARD_INFO["model_name"]
     values = {e.metric_name: e.metric_value for e in parsed.data.eval_results}
     for c in CKPTS:
-        al = fixture(f"benchmark/{c}.json")["summary"]["acceptance_length"]
+        al = fixture(f"benchmark/humaneval/{c}.json")["summary"]["acceptance_length"]
         assert values[f"Acceptance length ({LABELS[c]})"] == round(al, 3)
     assert {e.dataset_type for e in parsed.data.eval_results} == {"openai/openai_humaneval"}
 
@@ -350,9 +350,9 @@ def test_speed_explained(rendered):
     text = rendered[2]
     rows = {r[0]: r for r in table(text, "| Run | Tokens per step | Accept len | Step cost (plain steps) "
                                          "| Floor (plain steps) | Drafting share | Verifying share | Other share | Speedup |")}
-    base = fixture("benchmark/baseline.json")["summary"]
+    base = fixture("benchmark/humaneval/baseline.json")["summary"]
     for c in CKPTS:
-        s = fixture(f"benchmark/{c}.json")["summary"]
+        s = fixture(f"benchmark/humaneval/{c}.json")["summary"]
         assert s["plain_seconds"] == base["seconds"]  # one job: every run shares the baseline's plain decodes
         plain = s["plain_seconds"] / base["new_tokens"]  # seconds per token of those plain decodes
         row = rows[LABELS[c]]
@@ -386,14 +386,14 @@ def test_step_cost_hand_computed():
 
 
 def test_step_cost_uses_the_shared_plain_time():
-    s = fixture("benchmark/domino.json")["summary"]
+    s = fixture("benchmark/humaneval/domino.json")["summary"]
     row = render._checkpoint_row(load_results(FIXTURE), "domino")
     assert row["cost"].speedup == pytest.approx(s["plain_seconds"] / s["seconds"])  # the paired speedup
 
 
 @pytest.mark.parametrize("field", ["plain_seconds", "draft_seconds", "verify_seconds", "steps", "new_tokens"])
 def test_missing_summary_field_names_it(results_copy, field):
-    p = results_copy / "benchmark" / "domino.json"
+    p = results_copy / "benchmark" / "humaneval" / "domino.json"
     b = json.loads(p.read_text())
     del b["summary"][field]
     p.write_text(json.dumps(b))
@@ -414,7 +414,7 @@ def results_copy(tmp_path):
     return dst
 
 
-@pytest.mark.parametrize("rel", ["validate/domino.json", "benchmark/baseline.json", "train/dflash-shift/metrics.jsonl",
+@pytest.mark.parametrize("rel", ["validate/domino.json", "benchmark/humaneval/baseline.json", "train/dflash-shift/metrics.jsonl",
                                  "train/domino/summary.json", "train/domino/checkpoint/drafter_config.json"])
 def test_missing_file_names_it(results_copy, rel):
     (results_copy / rel).unlink()
@@ -423,7 +423,7 @@ def test_missing_file_names_it(results_copy, rel):
 
 
 @pytest.mark.parametrize("rel, content", [
-    ("benchmark/domino.json", "{not json"),
+    ("benchmark/humaneval/domino.json", "{not json"),
     ("validate/dflash-noshift.json", '{"checkpoint": "dflash-noshift"}'),  # valid JSON, fields missing
     ("train/domino/metrics.jsonl", '{"step": 0, "loss": 1.0, "base_loss": 1.0, "final_loss": 1.0, "lambda": 1.0}\n{oops\n'),
     ("train/domino/metrics.jsonl", ""),
@@ -448,7 +448,7 @@ def test_missing_values_raise(tmp_path):
 
 def test_verifier_behaviour_line(rendered):
     text = rendered[2]
-    s = fixture("benchmark/baseline.json")["summary"]
+    s = fixture("benchmark/humaneval/baseline.json")["summary"]
     assert f"on {100 * s['eos_share']:.1f}% of the" in text
     assert f"{100 * s['repeated_4gram_share']:.1f}% of their 4-grams repeat" in text
 
@@ -475,7 +475,7 @@ def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
         (d / f"{run}.json").write_text(json.dumps(result))
     render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE, vllm_runs=list(runs))
     text = (tmp_path / "model_card_appendix.md").read_text()
-    n = fixture("benchmark/baseline.json")["protocol"]["prompts"]
+    n = fixture("benchmark/humaneval/baseline.json")["protocol"]["prompts"]
     assert f"vLLM served the first 8 of the benchmark's {n} prompts (`vllm.max_prompts`)" in text
     assert "| 8 of 8 |" in text
 
@@ -506,7 +506,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
 
 
 def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_path):
-    p = results_copy / "benchmark" / "domino.json"
+    p = results_copy / "benchmark" / "humaneval" / "domino.json"
     b = json.loads(p.read_text())
     b["summary"].update(matches_baseline=False, tie_tolerance=0.25,
                         near_tie_divergences=[{"task_id": "HumanEval/7", "position": 40, "tokens": [1, 2], "gap": 0.1}])
@@ -531,7 +531,7 @@ def test_every_printed_interval_contains_its_point(rendered, tmp_path):
 
 def test_domino_vs_each_dflash_row(rendered):
     text = rendered[2]
-    files = {c: fixture(f"benchmark/{c}.json") for c in CKPTS}
+    files = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
     rows = {r[0]: r for r in table(text, "| Comparison | Accept len difference | Speedup difference |")}
     assert list(rows) == ["Domino vs DFlash shift", "Domino vs DFlash noshift"]
     for c in ("dflash-shift", "dflash-noshift"):
@@ -573,7 +573,7 @@ def test_teacher_forced_vs_served(rendered):
     rows = table(text, header)
     assert [r[1] for r in rows] == [f"a+{i + 1}" for i in range(8)]
     for j, c in enumerate(CKPTS):
-        v, s = fixture(f"validate/{c}.json"), fixture(f"benchmark/{c}.json")["summary"]
+        v, s = fixture(f"validate/{c}.json"), fixture(f"benchmark/humaneval/{c}.json")["summary"]
         tf = {slot["target"]: slot["final_acc"] for slot in v["per_slot"]}
         for i, row in enumerate(rows):
             tf_cell, served_cell = row[2 + 2 * j], row[3 + 2 * j]
@@ -588,7 +588,7 @@ def test_teacher_forced_vs_served(rendered):
             else:
                 check_num(served_cell.split(" [")[0], 100 * s["conditional_acceptance"][i], 1, "%")
     # the implied acceptance length, by hand for Domino: 1 + sum of the running products of slot accuracies
-    v, s = fixture("validate/domino.json"), fixture("benchmark/domino.json")["summary"]
+    v, s = fixture("validate/domino.json"), fixture("benchmark/humaneval/domino.json")["summary"]
     acc = [slot["final_acc"] for slot in v["per_slot"]]
     running, implied = 1.0, 1.0
     for a in acc:
@@ -601,7 +601,7 @@ def test_teacher_forced_vs_served(rendered):
     assert al["Domino"][3] == f"{s['acceptance_length'] - implied:+.3f} ({100 * (s['acceptance_length'] / implied - 1):+.1f}%)"
     # the sentence: the first position whose served interval leaves out the teacher-forced accuracy, and of
     # those positions the one with the widest gap, from intervals bootstrapped here from the per-prompt records
-    apart = positions_apart(fixture("benchmark/domino.json"), acc)
+    apart = positions_apart(fixture("benchmark/humaneval/domino.json"), acc)
     first, widest = apart[0], max(apart, key=lambda i: abs(s["conditional_acceptance"][i] - acc[i]))
     c0, cw = s["conditional_acceptance"][first], s["conditional_acceptance"][widest]
     sentence = next(line for line in text.splitlines() if line.startswith("- Domino: "))
@@ -633,9 +633,9 @@ def test_ablation_table(ablation_card, rendered):
     rows = {r[0]: r for r in table(ablation_card, ABLATION_HEADER)}
     assert list(rows) == ["DFlash shift", "DFlash noshift", "Domino", *VARIANTS]
     assert rows["Domino"][1:4:2] == ["(reference)", "—"] and rows["DFlash shift"][1] == "x"
-    dom = fixture("benchmark/domino.json")
+    dom = fixture("benchmark/humaneval/domino.json")
     for name, changes in VARIANTS.items():
-        row, b, v = rows[name], fixture(f"benchmark/{name}.json"), fixture(f"validate/{name}.json")
+        row, b, v = rows[name], fixture(f"benchmark/humaneval/{name}.json"), fixture(f"validate/{name}.json")
         s = b["summary"]
         assert row[1] == changes
         check_ci(row[2], s["acceptance_length"], s["acceptance_length_ci"], 3)
@@ -672,7 +672,7 @@ def test_sampling_table(ablation_card):
     assert [(r[0], r[1]) for r in rows] == [(t, LABELS.get(c, c)) for t in ("0", "0.6") for c in names]
     for row in rows:
         c = names[[LABELS.get(n, n) for n in names].index(row[1])]
-        f = fixture(f"benchmark/{c}.json" if row[0] == "0" else f"sampling/T{row[0]}/{c}.json")
+        f = fixture(f"benchmark/humaneval/{c}.json" if row[0] == "0" else f"sampling/T{row[0]}/humaneval/{c}.json")
         s = f["summary"]
         check_ci(row[2], s["acceptance_length"], s["acceptance_length_ci"], 3)
         for i in range(4):
@@ -807,7 +807,7 @@ def test_the_claims_section_follows_what_the_run_is(tmp_path, kind, scope):
     assert claims.claims_scope(scale_of(kind)) == scope
     render_results(FIXTURE, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
     card, repro = (tmp_path / "model_card.md").read_text(), (tmp_path / "reproduction.md").read_text()
-    benches = {c: fixture(f"benchmark/{c}.json") for c in CKPTS}
+    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
     if scope == claims.RANDOM_VERIFIER:
         assert "> **Published claims: not tested.**" in card
         assert [r[3] for r in table(repro, CLAIMS_HEADER)] == [claims.NOT_TESTED] * len(published.CLAIMS)
@@ -819,7 +819,7 @@ def test_the_claims_section_follows_what_the_run_is(tmp_path, kind, scope):
 
 def test_claims_table_on_the_fixtures(rendered):
     out, _, _, repro = rendered
-    benches = {c: fixture(f"benchmark/{c}.json") for c in CKPTS}
+    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
     verdicts = check_claims((out / "model_card.md").read_text(), repro, benches)
     assert verdicts[0] == claims.verdict(0.277, claims.measure("acceptance_length", benches["domino"],
                                                                  benches["dflash-noshift"]))
@@ -830,7 +830,7 @@ def test_claims_table_on_the_fixtures(rendered):
 def test_claims_on_the_micro_run(micro_run):
     """Each verdict of the finished micro run follows from its interval."""
     reports = micro_run / "reports"
-    benches = {c: json.loads((micro_run / "results" / "benchmark" / f"{c}.json").read_text()) for c in CKPTS}
+    benches = {c: json.loads((micro_run / "results" / "benchmark" / "humaneval" / f"{c}.json").read_text()) for c in CKPTS}
     verdicts = check_claims((reports / "model_card.md").read_text(), (reports / "reproduction.md").read_text(),
                             benches)
     assert len(verdicts) == 3
@@ -853,7 +853,7 @@ def test_main_card_is_pasteable(rendered):
         assert section in lines, section
     assert "](model_card_appendix.md)" in card
     # a drafter below 1x (the fixture's DFlash shift) gets the one sentence why, linking the time table
-    assert any(fixture(f"benchmark/{c}.json")["summary"]["speedup"] < 1 for c in CKPTS)
+    assert any(fixture(f"benchmark/humaneval/{c}.json")["summary"]["speedup"] < 1 for c in CKPTS)
     assert re.search(r"A speedup below 1: .*\]\(model_card_appendix\.md#where-the-time-goes\)", card)
     appendix = (out / "model_card_appendix.md").read_text()
     for section in ("## Scale of this run", "## Where the time goes", "## Teacher-forced vs served",

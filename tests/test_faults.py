@@ -69,9 +69,10 @@ VALIDATE = ("validate", {"checkpoint_dir": "results/train/domino/checkpoint",
             {"checkpoint": "domino"}, ["results/validate/domino.json"])
 BENCHMARK = ("benchmark", {"runs": list(RUNS), "verifier": "results/verifier/model",
                            "checkpoint_dirs": [f"results/train/{r}/checkpoint" for r in RUNS],
-                           "baseline": "results/benchmark/baseline.json",
-                           "outs": [f"results/benchmark/{r}.json" for r in RUNS]},
-             {}, ["results/benchmark/baseline.json", *[f"results/benchmark/{r}.json" for r in RUNS]])
+                           "baseline": "results/benchmark/humaneval/baseline.json",
+                           "outs": [f"results/benchmark/humaneval/{r}.json" for r in RUNS]},
+             {"suite": "humaneval"},
+             ["results/benchmark/humaneval/baseline.json", *[f"results/benchmark/humaneval/{r}.json" for r in RUNS]])
 REPORT = ("report", {"results": "results", "stage_benchmarks": "benchmarks", "card": "reports/model_card.md",
                      "reproduction": "reports/reproduction.md"}, {}, ["reports/model_card.md", "reports/reproduction.md"])
 PREPARE = ("prepare_data", {"tokenizer": "results/verifier/tokenizer", "train": "results/prepare_data/train.jsonl",
@@ -83,7 +84,7 @@ DRAFT_VOCAB = ("draft_vocab", {"verifier": "results/verifier/model", "train": "r
                                "summary": "results/draft_vocab/vocab.json"},
                {}, ["results/draft_vocab/vocab.safetensors", "results/draft_vocab/vocab.json"])
 VLLM = ("vllm_benchmark", {"verifier": "results/verifier/model", "export": "results/export/dflash-noshift",
-                           "baseline": "results/vllm_benchmark/baseline.json", "ours": "results/benchmark/dflash-noshift.json",
+                           "baseline": "results/vllm_benchmark/baseline.json", "ours": "results/benchmark/humaneval/dflash-noshift.json",
                            "checkpoint_dir": "results/train/dflash-noshift/checkpoint",
                            "out": "results/vllm_benchmark/dflash-noshift.json"},
         {"run": "dflash-noshift"}, ["results/vllm_benchmark/dflash-noshift.json"])
@@ -95,7 +96,7 @@ KINDS = {
     "features index": ("results/extract_hidden_states/val/index.json", VALIDATE),
     "checkpoint weights": ("results/train/domino/checkpoint/model.safetensors", VALIDATE),
     "export weights": ("results/export/dflash-noshift/model.safetensors", VLLM),
-    "benchmark results": ("results/benchmark/domino.json", REPORT),
+    "benchmark results": ("results/benchmark/humaneval/domino.json", REPORT),
     "HumanEval file": (HUMANEVAL, BENCHMARK),
     "tokenizer file": ("results/verifier/tokenizer/tokenizer.json", PREPARE),
     "verifier's tokenizer file": ("results/verifier/model/tokenizer.json", DRAFT_VOCAB),
@@ -336,7 +337,7 @@ def test_a_report_that_fails_keeps_the_last_card(micro_run, tmp_path):
     Snakemake restores the card, its appendix, pages and plots as they were."""
     run = copy_run(micro_run, tmp_path / "run")
     before = {p.name: p.read_bytes() for p in (run / "reports").iterdir() if p.is_file()}
-    result = run / "results" / "benchmark" / "domino.json"
+    result = run / "results" / "benchmark" / "humaneval" / "domino.json"
     result.write_bytes(result.read_bytes()[: result.stat().st_size // 2])
     out = run_snakemake(run, "reports/model_card.md", *MICRO, check=False)
     assert out.returncode != 0

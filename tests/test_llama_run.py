@@ -58,7 +58,7 @@ def test_every_stage_runs_with_a_llama_verifier(llama_run):
         export = json.loads((r / "export" / name / "config.json").read_text())
         assert export["speculators_config"]["verifier"]["architectures"] == ["LlamaForCausalLM"]
         assert export["mask_token_id"] == 16
-        summary = json.loads((r / "benchmark" / f"{name}.json").read_text())["summary"]
+        summary = json.loads((r / "benchmark" / "humaneval" / f"{name}.json").read_text())["summary"]
         assert summary["tie_tolerance"] is None
         for tie in summary["near_tie_divergences"]:  # every accepted parting within its measured noise
             assert min(tie["margins"]) <= tie["noise"]

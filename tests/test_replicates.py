@@ -105,7 +105,7 @@ def replicate_card(replicate_results, tmp_path_factory):
 def file_values(root, ckpt: str, key: str) -> list[float]:
     """``summary[key]`` of replicates 0 .. N-1, read straight from the results files."""
     names = [ckpt] + [f"{ckpt}-seed{r}" for r in range(1, N)]
-    return [json.loads((root / "benchmark" / f"{n}.json").read_text())["summary"][key] for n in names]
+    return [json.loads((root / "benchmark" / "humaneval" / f"{n}.json").read_text())["summary"][key] for n in names]
 
 
 def test_section_table_matches_the_files(replicate_card, replicate_results):
@@ -164,12 +164,12 @@ def test_single_replicate_card_is_unchanged(replicate_results, tmp_path):
 
 
 def test_missing_replicate_file_names_it(replicate_results, tmp_path):
-    with pytest.raises(FileNotFoundError, match=re.escape(str(FIXTURE / "benchmark" / "dflash-shift-seed1.json"))):
+    with pytest.raises(FileNotFoundError, match=re.escape(str(FIXTURE / "benchmark" / "humaneval" / "dflash-shift-seed1.json"))):
         load_results(FIXTURE, replicates=N)
     root = tmp_path / "results"
     shutil.copytree(replicate_results, root)
-    (root / "benchmark" / "domino-seed2.json").unlink()
-    with pytest.raises(FileNotFoundError, match=re.escape(str(root / "benchmark" / "domino-seed2.json"))):
+    (root / "benchmark" / "humaneval" / "domino-seed2.json").unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(str(root / "benchmark" / "humaneval" / "domino-seed2.json"))):
         load_results(root, replicates=N)
     with pytest.raises(ValueError, match="replicates must be a whole number >= 1"):
         load_results(FIXTURE, replicates=0)
@@ -178,9 +178,9 @@ def test_missing_replicate_file_names_it(replicate_results, tmp_path):
 def test_replicate_protocol_must_match(replicate_results, tmp_path):
     root = tmp_path / "results"
     shutil.copytree(replicate_results, root)
-    p = root / "benchmark" / "domino-seed1.json"
+    p = root / "benchmark" / "humaneval" / "domino-seed1.json"
     data = json.loads(p.read_text())
     data["protocol"]["max_new_tokens"] += 1
     p.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="benchmark protocols differ"):
+    with pytest.raises(ValueError, match=r"benchmark \(humaneval\) protocols differ"):
         load_results(root, replicates=N)

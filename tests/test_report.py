@@ -78,20 +78,20 @@ def test_python_version_names_no_path():
 def test_stage_table_lists_the_card_stages_in_dag_order(tmp_path):
     cfg = load("config.yaml")
     bench = tmp_path / "benchmarks"
-    files = ["export/domino", "benchmark", "train/domino", "prepare_data", "tokenizer", "something/else"]
+    files = ["export/domino", "benchmark/humaneval", "train/domino", "prepare_data", "tokenizer", "something/else"]
     for i, name in enumerate(files):
         f = bench / f"{name}.tsv"
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(f"s\th:m:s\n{i + 0.5}\t0:00:01\n")
     seconds = report.stage_seconds(bench, report.card_stages(cfg))
-    assert list(seconds) == ["tokenizer", "prepare_data", "train/domino", "benchmark"]  # no export row
+    assert list(seconds) == ["tokenizer", "prepare_data", "train/domino", "benchmark/humaneval"]  # no export row
     assert seconds["train/domino"] == 2.5
 
 
 def test_card_stages_follow_the_config():
     embedded, hub = report.card_stages(load("config.yaml")), report.card_stages(load("config.yaml", "config/card.yaml"))
     assert embedded[:3] == ["tokenizer", "verifier", "prepare_data"] and hub[0] == "prepare_data"
-    assert embedded.index("train/domino") < embedded.index("validate/domino") < embedded.index("benchmark")
+    assert embedded.index("train/domino") < embedded.index("validate/domino") < embedded.index("benchmark/humaneval")
     assert not any(s.startswith("export/") for s in embedded)
     three = load("config.yaml")
     three["train"]["replicates"] = 3
@@ -190,7 +190,7 @@ def test_training_rows_say_what_was_used():
 
 def test_ablations_and_sampling_reach_the_card(tmp_path, results):
     cfg = ablation_config()
-    assert "sampling/T0.6" in report.card_stages(cfg)
+    assert "sampling/T0.6/humaneval" in report.card_stages(cfg)
     assert not any(s.startswith("sampling/") for s in report.card_stages(load("config.yaml")))
     report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
     card = (tmp_path / "reports" / "model_card.md").read_text()

@@ -29,8 +29,8 @@ def test_every_field_says_what_it_is():
             assert meaning, f"{kind}: {field} has no description"
 
 
-@pytest.mark.parametrize("kind,pattern", [("validate", "validate/*.json"), ("benchmark", "benchmark/*.json"),
-                                          ("benchmark", "sampling/*/*.json"), ("train_summary", "train/*/summary.json"),
+@pytest.mark.parametrize("kind,pattern", [("validate", "validate/*.json"), ("benchmark", "benchmark/*/*.json"),
+                                          ("benchmark", "sampling/*/*/*.json"), ("train_summary", "train/*/summary.json"),
                                           ("drafter_config", "train/*/checkpoint/drafter_config.json")])
 def test_the_fixtures_obey_their_schemas(kind, pattern):
     paths = sorted(FIXTURE.glob(pattern))
@@ -40,11 +40,11 @@ def test_the_fixtures_obey_their_schemas(kind, pattern):
 
 
 def test_a_field_the_card_requires_is_named_when_missing():
-    bench = json.loads((FIXTURE / "benchmark" / "domino.json").read_text())
+    bench = json.loads((FIXTURE / "benchmark" / "humaneval" / "domino.json").read_text())
     del bench["prompts"][3]["accepted_per_step"]
     with pytest.raises(ValueError, match=r"x\.json lacks field prompts\.3\.accepted_per_step$"):
         results.check(bench, "benchmark", "x.json")
-    bench = json.loads((FIXTURE / "benchmark" / "domino.json").read_text())
+    bench = json.loads((FIXTURE / "benchmark" / "humaneval" / "domino.json").read_text())
     bench["summary"]["tps_ci"] = [1.0]
     with pytest.raises(ValueError, match=r"x\.json: summary\.tps_ci: .*too short"):
         results.check(bench, "benchmark", "x.json")

@@ -59,7 +59,7 @@ def test_a_failing_rule_is_reported_failed_with_its_log(slurm_run, tmp_path):
     """A truncated benchmark result makes the report rule rerun and refuse it: Snakemake says the
     job failed, names the rule's log, and returns within the bound instead of waiting."""
     repo = copy_run(slurm_run[0], tmp_path / "run")
-    result = repo / "results" / "benchmark" / "domino.json"
+    result = repo / "results" / "benchmark" / "humaneval" / "domino.json"
     result.write_bytes(result.read_bytes()[: result.stat().st_size // 2])
     t0 = time.perf_counter()
     try:
@@ -71,5 +71,5 @@ def test_a_failing_rule_is_reported_failed_with_its_log(slurm_run, tmp_path):
     assert "Error in rule report" in text and "FAILED" in text
     assert "logs/report.log" in text  # the rule's own log, and the job's SLURM log beside it
     assert re.search(r"\.snakemake/slurm_logs/rule_report/\d+\.log", text)
-    assert re.search(r"results/benchmark/domino\.json", (repo / "logs" / "report.log").read_text())
+    assert re.search(r"results/benchmark/humaneval/domino\.json", (repo / "logs" / "report.log").read_text())
     print(f"\nSLURM: failure reported after {time.perf_counter() - t0:.0f} s")

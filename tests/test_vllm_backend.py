@@ -120,7 +120,7 @@ def test_vllm_serves_every_export_like_our_loop(vllm_micro_run, run):
 
     repo = vllm_micro_run
     theirs = json.loads((repo / f"results/vllm_benchmark/{run}.json").read_text())
-    ours = json.loads((repo / f"results/benchmark/{run}.json").read_text())
+    ours = json.loads((repo / f"results/benchmark/humaneval/{run}.json").read_text())
     s = theirs["summary"]
     print(f"{run}: vLLM AL {s['acceptance_length']:.3f}, ours {s['ours_acceptance_length']:.3f}, "
           f"{s['same_tokens_as_ours']}/{s['prompts']} identical, counters equal on "

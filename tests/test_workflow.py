@@ -49,18 +49,18 @@ def test_dry_run_of_an_overlay(overlay, added, tmp_path):
     if "replicates" in overlay:  # the benchmark job decodes all nine trained runs beside plain greedy
         text = out.stdout + out.stderr
         assert "--runs dflash-shift dflash-noshift domino dflash-shift-seed1" in text
-        assert "results/benchmark/domino-seed2.json" in text and "results/validate/domino-seed1.json" not in text
+        assert "results/benchmark/humaneval/domino-seed2.json" in text and "results/validate/domino-seed1.json" not in text
 
 
 def test_micro_run_outputs(micro_run):
     r = micro_run / "results"
-    base = json.loads((r / "benchmark" / "baseline.json").read_text())
+    base = json.loads((r / "benchmark" / "humaneval" / "baseline.json").read_text())
     assert base["summary"]["prompts"] == 6 and len(base["prompts"]) == 6
     for p in base["prompts"]:
         assert {"task_id", "prompt_token_ids", "new_token_ids", "accepted_per_step", "seconds"} <= set(p)
         assert 1 <= len(p["new_token_ids"]) <= 12
     for ck in CHECKPOINTS:
-        b = json.loads((r / "benchmark" / f"{ck}.json").read_text())
+        b = json.loads((r / "benchmark" / "humaneval" / f"{ck}.json").read_text())
         s = b["summary"]
         for key in ("acceptance_length", "tps", "per_position_acceptance", "conditional_acceptance", "prompts",
                     "new_tokens", "seconds"):
@@ -78,7 +78,7 @@ def test_micro_run_outputs(micro_run):
     card = (micro_run / "reports" / "model_card.md").read_text()
     assert card.startswith("---\n") and "\n## Model Description\n" in card and "\n## Inference Benchmark\n" in card
     for ck in CHECKPOINTS:  # the card prints each checkpoint's measured acceptance length
-        al = json.loads((r / "benchmark" / f"{ck}.json").read_text())["summary"]["acceptance_length"]
+        al = json.loads((r / "benchmark" / "humaneval" / f"{ck}.json").read_text())["summary"]["acceptance_length"]
         assert f"{al:.3f}" in card, (ck, al)
     assert (micro_run / "reports" / "reproduction.md").exists()
     # every job wrote its own non-empty log: one per job of the plan (14 on the default's DAG)
@@ -228,6 +228,7 @@ def _readme_overlay_line(overlay):
     ("config/sampling.yaml", {"sampling": 2, "report": 1}),  # one job per T > 0; no training, no greedy benchmark
     ("config/ablations.yaml", {"train": 9, "validate": 9, "benchmark": 1, "report": 1}),  # the 9 variants
     ("config/replicates.yaml", {"train": 6, "benchmark": 1, "report": 1}),  # two more seeds per checkpoint
+    ("config/mt-bench.yaml", {"benchmark": 1, "report": 1}),  # MT-Bench's job; HumanEval's stays
 ])
 def test_the_readme_overlays_add_only_their_jobs_to_a_finished_run(micro_run, overlay, added):
     """The README's ablation, sampling and replicates lines, run in the finished run's directory,
@@ -253,8 +254,29 @@ def test_an_additive_overlay_runs_in_the_finished_directory(micro_run, tmp_path)
     out = run_snakemake(run, *_readme_overlay_line("config/sampling.yaml"))
     text = out.stdout + out.stderr
     assert "localrule sampling:" in text and "localrule train:" not in text and "localrule benchmark:" not in text
-    assert weights.stat().st_mtime_ns == before and (run / "results" / "sampling" / "T0.6" / "domino.json").exists()
+    assert weights.stat().st_mtime_ns == before and (run / "results" / "sampling" / "T0.6" / "humaneval" / "domino.json").exists()
     assert json.loads((run / ".domino-run.json").read_text()) == ["config/sampling.yaml", "micro.yaml"]
+
+
+def test_a_second_suite_is_decoded_and_reported_beside_humaneval(micro_run, tmp_path):
+    """The README's MT-Bench line on a copy of the finished micro run: one benchmark job decodes
+    MT-Bench's first questions turn by turn with every checkpoint, HumanEval's results stay as they
+    were, and the card and the reproduction report gain their per-suite sections."""
+    run = _copy_run(micro_run, tmp_path / "run")
+    humaneval = run / "results" / "benchmark" / "humaneval" / "domino.json"
+    before = humaneval.read_bytes()
+    out = run_snakemake(run, *_readme_overlay_line("config/mt-bench.yaml"))
+    text = out.stdout + out.stderr
+    assert text.count("localrule benchmark:") == 1 and "localrule train:" not in text
+    assert humaneval.read_bytes() == before
+    for run_name in ("baseline", *CHECKPOINTS):
+        b = json.loads((run / "results" / "benchmark" / "mt-bench" / f"{run_name}.json").read_text())
+        assert b["protocol"]["dataset"] == "MT-Bench" and b["summary"]["prompts"] == 6
+        assert all(len(p["turns"]) == 2 and p["category"] for p in b["prompts"])
+    appendix = (run / "reports" / "model_card_appendix.md").read_text()
+    assert "## Benchmark suites" in appendix and "### MT-Bench by category" in appendix
+    assert "### Published claims per suite" in (run / "reports" / "reproduction.md").read_text()
+    assert (run / "benchmarks" / "benchmark" / "mt-bench.tsv").exists()
 
 
 def test_a_one_key_edit_gives_a_short_reason_naming_the_key(micro_run):

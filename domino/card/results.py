@@ -65,7 +65,8 @@ def read_benchmark(p: Path) -> dict:
     fields a paired comparison reads (those the schema requires of a prompt record)."""
     bench = _read(p, "benchmark")
     keys = schemas()["benchmark"]["properties"]["prompts"]["items"]["required"]
-    prompts = [{k: r[k] for k in keys} for r in bench["prompts"]]
+    prompts = [{k: r[k] for k in keys} | ({"category": r["category"]} if "category" in r else {})
+               for r in bench["prompts"]]
     return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
             "path": str(p), "prompts": prompts}
 
@@ -82,6 +83,16 @@ def sampling_dir(temperature: float) -> str:
     return f"T{temperature:g}"
 
 
+MAIN_SUITE = "humaneval"  # the suite of the card's main tables, as the published card's
+
+
+def benchmark_path(root: Path, suite: str, run: str, temperature: float = 0) -> Path:
+    """Where a run's results of one suite lie: ``benchmark/<suite>/<run>.json`` (greedy) or
+    ``sampling/T<T>/<suite>/<run>.json``, under the results folder ``root``."""
+    folder = root / "benchmark" if temperature == 0 else root / "sampling" / sampling_dir(temperature)
+    return folder / suite / f"{run}.json"
+
+
 def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
     """Benchmark results of seed replicates 1 .. N-1 (runs ``<checkpoint>-seed<r>``), by run name."""
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
@@ -92,32 +103,37 @@ def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
         if r == 0:
             continue
         try:
-            out[run] = read_benchmark(root / "benchmark" / f"{run}.json")
+            out[run] = read_benchmark(benchmark_path(root, MAIN_SUITE, run))
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{err} (seed replicate {r} of {ckpt}; train.replicates = {replicates})") from None
     return out
 
 
 def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
-                 replicates: int = 1, regenerated: bool = False) -> dict:
+                 replicates: int = 1, regenerated: bool = False, suites=(MAIN_SUITE,)) -> dict:
     """Read and check every results file the report stage needs, once; raise naming any missing
     or bad file. The report stage reads the run through this dict only.
 
     ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
     among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
     ``results/vllm_benchmark/{run}.json``; "baseline" must be among them. ``temperatures``
-    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{run}.json``.
-    ``replicates`` (``train.replicates``): for N > 1 the benchmark results of replicates 1 .. N-1,
-    ``results/benchmark/{checkpoint}-seed{r}.json``, go under ``"replicates"`` (replicate 0 is
-    the checkpoint's own file, under ``"benchmark"``). ``regenerated`` (``data.responses:
-    verifier``): the regenerate stage's summaries go under ``"regenerate"``, by split.
-    ``"temperatures"`` and ``"replicate_count"`` say what was asked for."""
+    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{suite}/{run}.json``.
+    ``suites`` (``benchmark.suites``): HumanEval's greedy results, ``results/benchmark/humaneval/``,
+    are ``"benchmark"``, the card's main tables; every suite's, HumanEval's included, go under
+    ``"suites"`` by suite, and sampling's under ``"sampling"`` by temperature and suite.
+    ``replicates`` (``train.replicates``): for N > 1 HumanEval's benchmark results of replicates
+    1 .. N-1, ``results/benchmark/humaneval/{checkpoint}-seed{r}.json``, go under ``"replicates"``
+    (replicate 0 is the checkpoint's own file, under ``"benchmark"``). ``regenerated``
+    (``data.responses: verifier``): the regenerate stage's summaries go under ``"regenerate"``, by
+    split. ``"temperatures"`` and ``"replicate_count"`` say what was asked for."""
+    if MAIN_SUITE not in suites:
+        raise ValueError(f"the card's tables are {MAIN_SUITE}'s; suites {list(suites)} leave it out")
     root = Path(results_dir)
     out = {"data": _read(root / "prepare_data" / "summary.json", "prepare_data"),
            "regenerate": {split: _read(root / "regenerate" / f"{split}.json", "regenerate")
                           for split in ("train", "val")} if regenerated else {},
            "validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
-           "sampling": {}, "replicates": _read_replicates(root, checkpoints, replicates),
+           "sampling": {}, "suites": {}, "replicates": _read_replicates(root, checkpoints, replicates),
            "temperatures": list(temperatures), "replicate_count": replicates}
     metric_keys = tuple(schemas()["train_metrics"]["required"])
     for ckpt in checkpoints:
@@ -129,14 +145,17 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
         out["metrics"][ckpt] = metrics
         out["train_summary"][ckpt] = _read(train / "summary.json", "train_summary")
         out["drafter_config"][ckpt] = _read(train / "checkpoint" / "drafter_config.json", "drafter_config")
-    for run in ("baseline", *checkpoints):
-        out["benchmark"][run] = read_benchmark(root / "benchmark" / f"{run}.json")
-    _one_protocol({**out["benchmark"], **out["replicates"]}, "benchmark")
+    for suite in suites:
+        runs = {run: read_benchmark(benchmark_path(root, suite, run)) for run in ("baseline", *checkpoints)}
+        _one_protocol({**runs, **out["replicates"]} if suite == MAIN_SUITE else runs, f"benchmark ({suite})")
+        out["suites"][suite] = runs
+    out["benchmark"] = out["suites"][MAIN_SUITE]
     for t in sorted(t for t in temperatures if t > 0):
-        runs = {run: read_benchmark(root / "sampling" / sampling_dir(t) / f"{run}.json")
-                for run in ("baseline", *checkpoints)}
-        _one_protocol(runs, f"sampling (T = {t:g})")
-        out["sampling"][t] = runs
+        out["sampling"][t] = {}
+        for suite in suites:
+            runs = {run: read_benchmark(benchmark_path(root, suite, run, t)) for run in ("baseline", *checkpoints)}
+            _one_protocol(runs, f"sampling (T = {t:g}, {suite})")
+            out["sampling"][t][suite] = runs
     if vllm_runs and "baseline" not in vllm_runs:
         raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
     for run in vllm_runs:

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..acceptance import steps_accepting
 from ..config import split_replicate, trained_runs
-from ..stats import LEVEL, compare_checkpoints, implied_acceptance_length, ratio_of_sums, zero_upper_bound
+from ..stats import (LEVEL, acceptance_length_difference, acceptance_length_pooled, compare_checkpoints,
+                     implied_acceptance_length, ratio_of_sums, zero_upper_bound)
 
 
 class Estimate(NamedTuple):
@@ -140,6 +141,38 @@ def compare(bench_a: dict, bench_b: dict) -> Comparison:
     c = compare_checkpoints(bench_a, bench_b, boot.seed, boot.resamples)
     return Comparison(Estimate(c.acceptance_length.estimate, c.acceptance_length.low, c.acceptance_length.high),
                       Estimate(c.speedup.estimate, c.speedup.low, c.speedup.high))
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    """One category of a suite: its tasks' pooled acceptance length per run, with intervals over
+    those tasks, and one run's paired relative difference against another on them."""
+    category: str
+    tasks: int
+    acceptance_length: dict[str, Estimate]  # run -> AL over the category's tasks
+    difference: Estimate  # AL_a / AL_b - 1, paired over the category's tasks
+
+
+def category_rows(benches: dict[str, dict], a: str, b: str) -> list[CategoryRow]:
+    """Per category of the tasks (their records' ``category``, in first-seen order), the pooled
+    acceptance length of each run of ``benches`` (run -> results, the same tasks) and ``a`` against
+    ``b``, with ``a``'s bootstrap settings; [] when the tasks carry no category."""
+    first = next(iter(benches.values()))["prompts"]
+    categories = list(dict.fromkeys(p.get("category") for p in first))
+    if categories == [None]:
+        return []
+    boot = bootstrap_settings(benches[a])
+    rows = []
+    for cat in categories:
+        idx = [i for i, p in enumerate(first) if p.get("category") == cat]
+        acc = {run: [bench["prompts"][i]["accepted_per_step"] for i in idx] for run, bench in benches.items()}
+        als = {}
+        for run, lists in acc.items():
+            iv = acceptance_length_pooled(lists, boot.resamples, boot.seed, boot.level)
+            als[run] = Estimate(iv.estimate, iv.low, iv.high)
+        d = acceptance_length_difference(acc[a], acc[b], boot.resamples, boot.seed, boot.level)
+        rows.append(CategoryRow(cat, len(idx), als, Estimate(d.estimate, d.low, d.high)))
+    return rows
 
 
 # ---------------------------------------------------------------- teacher-forced vs served

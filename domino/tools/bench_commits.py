@@ -2,7 +2,7 @@
 
 Extracts the ``domino`` package of commit ``REV`` (``git archive``) into a temporary folder,
 imports it under another name beside this checkout's, and decodes the first ``--prompts``
-benchmark prompts of a finished run (``results/benchmark/baseline.json``) with both, on the
+benchmark prompts of a finished run (``results/benchmark/humaneval/baseline.json``) with both, on the
 same verifier weights, each version loading them with its own ``load_verifier`` (which picks
 the attention), and the same checkpoints (``results/train/*/checkpoint``): plain greedy, and
 speculative with each checkpoint. Within a prompt the two versions' decodes run
@@ -65,11 +65,11 @@ def main(argv=None) -> None:
     a = parser().parse_args(argv)
     results = Path(a.run) / "results"
     verifier_dir = results / "verifier" / "model"
-    baseline = results / "benchmark" / "baseline.json"
+    baseline = results / "benchmark" / "humaneval" / "baseline.json"
     checkpoints = sorted(p.parent for p in results.glob("train/*/checkpoint/drafter_config.json"))
     if not (verifier_dir.is_dir() and baseline.is_file() and checkpoints):
         raise SystemExit(f"bench_commits: {a.run} is not a finished embedded run (results/verifier/model, "
-                         "results/benchmark/baseline.json, results/train/*/checkpoint)")
+                         "results/benchmark/humaneval/baseline.json, results/train/*/checkpoint)")
     torch.set_num_threads(a.threads)
     with tempfile.TemporaryDirectory() as tmp:
         other_decode, other_model, other_verifier = import_commit(a.against, Path(tmp))

@@ -45,11 +45,11 @@ def competing_process(core: int):
 
 
 def benchmark_config(cfg: dict) -> BenchmarkConfig:
-    """The greedy benchmark stage's config, from a run's whole config."""
+    """The greedy benchmark stage's config of HumanEval, from a run's whole config."""
     b = cfg["benchmark"]
     return BenchmarkConfig(device=cfg["device"], verifier_name=cfg["verifier"]["name"],
                            verifier_dtype=cfg["verifier"]["dtype"], enable_thinking=cfg["data"]["enable_thinking"],
-                           dataset=b["dataset"], max_prompts=b["max_prompts"], max_new_tokens=b["max_new_tokens"],
+                           dataset=b["sources"]["humaneval"], max_prompts=b["max_prompts"], max_new_tokens=b["max_new_tokens"],
                            chat_template=b["chat_template"], threads=b["threads"], seed=cfg["seed"], temperature=0.0,
                            top_p=1.0, tie_tolerance=float(b["tie_tolerance"]))
 

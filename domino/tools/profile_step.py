@@ -1,7 +1,7 @@
 """Where a speculative step's time goes: ``python -m domino.tools.profile_step --run DIR``.
 
 Decodes the first ``--prompts`` prompts of a finished run's benchmark
-(``results/benchmark/baseline.json``) plain and with each trained checkpoint of the run
+(``results/benchmark/humaneval/baseline.json``) plain and with each trained checkpoint of the run
 (``results/train/*/checkpoint``), as the benchmark does (one process, the decoders in a
 rotating order), with a timer around each part of the speculative step:
 
@@ -144,10 +144,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
     results = Path(args.run) / "results"
-    baseline = results / "benchmark" / "baseline.json"
+    baseline = results / "benchmark" / "humaneval" / "baseline.json"
     checkpoints = sorted(results.glob("train/*/checkpoint/drafter_config.json"))
     if not baseline.is_file() or not checkpoints:
-        raise SystemExit(f"{args.run}: no finished benchmark (results/benchmark/baseline.json) or no trained "
+        raise SystemExit(f"{args.run}: no finished benchmark (results/benchmark/humaneval/baseline.json) or no trained "
                          "checkpoint (results/train/*/checkpoint); run the workflow there first")
     torch.set_num_threads(args.threads)
     verifier_dir = results / "verifier" / "model"

@@ -1,6 +1,7 @@
-# The HumanEval benchmark, greedy: one job decodes every prompt plain and with each trained run's
-# drafter, back to back, so that every speedup and every comparison of two checkpoints rests on
-# decodes of the same moments (domino/bench.py). results/benchmark/{run}.json, baseline included.
+# The speculative-decoding benchmark, greedy: one job per suite of benchmark.suites decodes every
+# task plain and with each trained run's drafter, back to back, so that every speedup and every
+# comparison of two checkpoints rests on decodes of the same moments (domino/bench.py).
+# results/benchmark/{suite}/{run}.json, baseline included.
 
 
 rule benchmark:
@@ -8,16 +9,18 @@ rule benchmark:
         verifier=VERIFIER_INPUT,
         weights=expand("results/train/{run}/checkpoint/model.safetensors", run=TRAINED),
     output:
-        baseline="results/benchmark/baseline.json",
-        outs=expand("results/benchmark/{run}.json", run=TRAINED),
+        baseline="results/benchmark/{suite}/baseline.json",
+        outs=expand("results/benchmark/{{suite}}/{run}.json", run=TRAINED),
+    wildcard_constraints:
+        suite="|".join(SUITES),
     params:
         **stage_params("benchmark"),
         verifier=verifier_path,
         runs=TRAINED,
         checkpoint_dirs=parents("weights"),
     log:
-        "logs/benchmark.log",
+        "logs/benchmark/{suite}.log",
     benchmark:
-        "benchmarks/benchmark.tsv"
+        "benchmarks/benchmark/{suite}.tsv"
     shell:
         domino("benchmark")

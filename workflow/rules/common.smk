@@ -21,7 +21,8 @@ config.update(_validated)
 
 CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config order
 TRAINED = trained_runs(config["checkpoints"], config["train"]["replicates"])  # the checkpoints, then their seed replicates (train.replicates)
-RUNS = ["baseline"] + TRAINED  # every results/benchmark/{run}.json
+RUNS = ["baseline"] + TRAINED  # every results/benchmark/{suite}/{run}.json
+SUITES = config["benchmark"]["suites"]  # one benchmark job each; HumanEval's results are the card's main tables
 EMBEDDED = config["verifier"]["source"] == "embedded"
 GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/verifier/model (domino.gguf)
 # where every later stage loads the verifier (and its tokenizer) from
@@ -103,7 +104,8 @@ TEMPERATURES = [f"{t:g}" for t in config["benchmark"]["temperatures"] if t > 0] 
 
 
 def sampling_outputs(wc=None):
-    return expand("results/sampling/T{temperature}/{run}.json", temperature=TEMPERATURES, run=["baseline"] + CHECKPOINTS)
+    return expand("results/sampling/T{temperature}/{suite}/{run}.json", temperature=TEMPERATURES, suite=SUITES,
+                  run=["baseline"] + CHECKPOINTS)
 
 
 def results_dir(wc, input):

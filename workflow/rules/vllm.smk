@@ -1,14 +1,14 @@
-# Optional (vllm.benchmark: true): the benchmark prompts served by vLLM, as a cross-check of the
-# project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on every exported
+# Optional (vllm.benchmark: true): the HumanEval benchmark prompts served by vLLM, as a cross-check
+# of the project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on every exported
 # checkpoint, as trained through domino.vllm_plugin; each job decodes every prompt with the
 # project's loop too, alternately in one process, for the speed ratio. The prompts are read from
-# results/benchmark/{run}.json, so both loops decode the very same token ids.
+# results/benchmark/humaneval/{run}.json, so both loops decode the very same token ids.
 
 
 rule vllm_benchmark_baseline:
     input:
         verifier=VERIFIER_INPUT,
-        ours="results/benchmark/baseline.json",
+        ours="results/benchmark/humaneval/baseline.json",
     output:
         out="results/vllm_benchmark/baseline.json",
     params:
@@ -25,7 +25,7 @@ rule vllm_benchmark_baseline:
 rule vllm_benchmark:
     input:
         verifier=VERIFIER_INPUT,
-        ours="results/benchmark/{run}.json",
+        ours="results/benchmark/humaneval/{run}.json",
         baseline="results/vllm_benchmark/baseline.json",
         export="results/export/{run}",
         weights="results/train/{run}/checkpoint/model.safetensors",
