@@ -263,14 +263,15 @@ def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
 
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
-                   tie_tolerance: float | None, verify_rows: int = 0) -> list[dict]:
+                   tie_tolerance: float | None, verify_rows: int = 0, turn: int | None = None) -> list[dict]:
     """Greedy decoding: every speculative continuation must equal the plain one decoded beside it.
     (A sampled one follows the same distribution, not the same tokens: tests/test_sampling.py.)
 
     Returns the partings accepted as near ties (``lossless_verdict``), each with ``between``
     naming the pair; raises BenchmarkError on any other parting. ``verify_rows``: the rows of the
     run's verify forward (1 + drafts per step), the shape ``divergence`` also recomputes under
-    ``tie_tolerance`` None."""
+    ``tie_tolerance`` None. ``turn``: the turn of a suite of several turns that ``encoded`` holds,
+    recorded with each near tie and named in the error."""
     near_ties, mismatches = [], []
     for task, ids, tm in zip(tasks, encoded, timings):
         if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
@@ -278,11 +279,13 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
         d = divergence(verifier, ids, tm.plain.new_token_ids, tm.speculative.new_token_ids,
                        verify_rows if tie_tolerance is None else 0)
         if lossless_verdict(d, tie_tolerance) == "near-tie":
-            near_ties.append({"task_id": task["task_id"], "between": "speculative/plain", **d})
+            near_ties.append({"task_id": task["task_id"], **({"turn": turn} if turn else {}),
+                              "between": "speculative/plain", **d})
         else:
             gap = "n/a (one output ended)" if d["gap"] is None else f"{d['gap']:.4f}"
             noise = f", row-count noise {d['noise']:.4f}" if d.get("noise") is not None else ""
-            mismatches.append(f"{task['task_id']} at new token {d['position']}, logit gap {gap}{noise}")
+            where = f"{task['task_id']}" + (f" turn {turn}" if turn else "")
+            mismatches.append(f"{where} at new token {d['position']}, logit gap {gap}{noise}")
     if mismatches:
         raise BenchmarkError(f"continuations differ on {len(mismatches)} prompts ({'; '.join(mismatches[:5])}); "
                              f"decoding is not lossless or not deterministic (benchmark.tie_tolerance "
@@ -498,10 +501,9 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     for run in (PLAIN, *checkpoint_dirs):
         per_turn = [(enc, [d.timing(run) for d in ds]) for enc, ds in turns]
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
-        near_ties = []
-        for k, (enc, timings) in enumerate(per_turn):
-            found = lossless_check(loaded.verifier, tasks, enc, timings, tol, 1 + drafts_per_step) if config.greedy else []
-            near_ties += [{**d, "turn": k + 1} for d in found] if n_turns > 1 else found
+        near_ties = [d for k, (enc, timings) in enumerate(per_turn) if config.greedy
+                     for d in lossless_check(loaded.verifier, tasks, enc, timings, tol, 1 + drafts_per_step,
+                                             k + 1 if n_turns > 1 else None)]
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)

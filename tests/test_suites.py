@@ -153,3 +153,21 @@ def test_the_card_reports_every_suite_and_mt_benchs_categories(two_suites):
 def test_a_card_of_humaneval_alone_has_no_suite_section():
     with pytest.raises(ValueError, match="suites \\['mt-bench'\\] leave it out"):
         load_results(FIXTURE, suites=("mt-bench",))
+
+
+def test_a_parting_in_turn_two_is_named_with_its_turn(verifier):
+    """lossless_check on one turn of a suite of several: a near tie records its turn, a defect
+    names it."""
+    from domino.bench import lossless_check
+    from domino.decode import DecodeResult, decode
+    from domino.timing import PromptTiming
+
+    prompt = [3, 14, 15, 9, 2, 6]
+    ref = decode(verifier, prompt, 8).new_token_ids
+    other = ref[:3] + [(ref[3] + 1) % 50] + ref[4:]
+    timings = [PromptTiming(DecodeResult(ref), DecodeResult(other), True)]
+    tasks = [{"task_id": "MT-Bench/81"}]
+    with pytest.raises(RuntimeError, match=r"MT-Bench/81 turn 2 at new token 3"):
+        lossless_check(verifier, tasks, [prompt], timings, 0.0, turn=2)
+    (tie,) = lossless_check(verifier, tasks, [prompt], timings, 1e9, turn=2)
+    assert (tie["task_id"], tie["turn"], tie["position"]) == ("MT-Bench/81", 2, 3)
