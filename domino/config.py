@@ -365,6 +365,13 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if "humaneval" not in cfg["benchmark"]["suites"]:
         raise ConfigError(f"benchmark.suites: {cfg['benchmark']['suites']} leaves out humaneval, whose results are "
                           "the card's tables (allowed: a list with humaneval, other suites beside it)")
+    from .prompts import PromptError, check_source
+
+    for suite in cfg["benchmark"]["suites"]:  # a suite that cannot be read is refused before any job runs
+        try:
+            check_source(suite, cfg["benchmark"]["sources"][suite])
+        except PromptError as err:
+            raise ConfigError(f"benchmark.sources.{suite}: {err}") from None
     vl = cfg.get("vllm", {})
     uses_vllm = cfg["features"].get("backend") == "vllm" or vl.get("benchmark")
     if uses_vllm and not vl.get("python"):

