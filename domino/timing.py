@@ -104,7 +104,7 @@ def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_to
     return out
 
 
-def _joined(results: list[DecodeResult]) -> DecodeResult:
+def joined_turns(results: list[DecodeResult]) -> DecodeResult:
     """The decodes of a task's turns as one: tokens and steps in turn order, seconds summed, the
     last turn's stop reason."""
     return DecodeResult([t for r in results for t in r.new_token_ids], [a for r in results for a in r.accepted_per_step],
@@ -116,6 +116,6 @@ def merge_turns(turns: tuple[PromptTiming, ...] | list[PromptTiming]) -> PromptT
     """A task of several turns as one timing, the unit of its suite's intervals: each decoder's
     turns joined (tokens, steps and seconds), the first turn's places in the order."""
     first = turns[0]
-    speculative = None if first.speculative is None else _joined([t.speculative for t in turns])
-    return PromptTiming(_joined([t.plain for t in turns]), speculative, first.plain_first, first.position,
+    speculative = None if first.speculative is None else joined_turns([t.speculative for t in turns])
+    return PromptTiming(joined_turns([t.plain for t in turns]), speculative, first.plain_first, first.position,
                         first.plain_position)

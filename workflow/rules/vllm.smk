@@ -1,23 +1,26 @@
-# Optional (vllm.benchmark: true): the HumanEval benchmark prompts served by vLLM, as a cross-check
+# Optional (vllm.benchmark: true): every suite's benchmark prompts served by vLLM, as a cross-check
 # of the project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on every exported
 # checkpoint, as trained through domino.vllm_plugin; each job decodes every prompt with the
 # project's loop too, alternately in one process, for the speed ratio. The prompts are read from
-# results/benchmark/humaneval/{run}.json, so both loops decode the very same token ids.
+# results/benchmark/{suite}/{run}.json, so both loops decode the very same token ids (a later
+# turn's too: it follows the project's plain answer to the turn before, as the benchmark's did).
 
 
 rule vllm_benchmark_baseline:
     input:
         verifier=VERIFIER_INPUT,
-        ours="results/benchmark/humaneval/baseline.json",
+        ours="results/benchmark/{suite}/baseline.json",
     output:
-        out="results/vllm_benchmark/baseline.json",
+        out="results/vllm_benchmark/{suite}/baseline.json",
+    wildcard_constraints:
+        suite="|".join(SUITES),
     params:
         **stage_params("vllm_benchmark_baseline"),
         verifier=verifier_path,
     log:
-        "logs/vllm_benchmark/baseline.log",
+        "logs/vllm_benchmark/{suite}/baseline.log",
     benchmark:
-        "benchmarks/vllm_benchmark/baseline.tsv"
+        "benchmarks/vllm_benchmark/{suite}/baseline.tsv"
     shell:
         domino("vllm_benchmark_baseline", VLLM_DOMINO)
 
@@ -25,21 +28,22 @@ rule vllm_benchmark_baseline:
 rule vllm_benchmark:
     input:
         verifier=VERIFIER_INPUT,
-        ours="results/benchmark/humaneval/{run}.json",
-        baseline="results/vllm_benchmark/baseline.json",
+        ours="results/benchmark/{suite}/{run}.json",
+        baseline="results/vllm_benchmark/{suite}/baseline.json",
         export="results/export/{run}",
         weights="results/train/{run}/checkpoint/model.safetensors",
     output:
-        out="results/vllm_benchmark/{run}.json",
+        out="results/vllm_benchmark/{suite}/{run}.json",
     wildcard_constraints:
+        suite="|".join(SUITES),
         run="|".join(VLLM_RUNS[1:]),
     params:
         **stage_params("vllm_benchmark"),
         verifier=verifier_path,
         checkpoint_dir=parent("weights", "input"),
     log:
-        "logs/vllm_benchmark/{run}.log",
+        "logs/vllm_benchmark/{suite}/{run}.log",
     benchmark:
-        "benchmarks/vllm_benchmark/{run}.tsv"
+        "benchmarks/vllm_benchmark/{suite}/{run}.tsv"
     shell:
         domino("vllm_benchmark", VLLM_DOMINO)
