@@ -161,16 +161,24 @@ def _refuse_non_finite(node, path=()) -> None:
         raise ConfigError(f"{_key(path)}: {node!r} is not a finite number (allowed: finite numbers)")
 
 
+DATA_OVERRIDES = ("responses",)  # the data.* keys a variant may set: its answers, not its conversations
+
+
 def _check_overrides(cfg: dict, name: str, validator, facts: dict | None) -> None:
-    """A variant's drafter/train overrides must be valid keys and values of those sections."""
+    """A variant's drafter/train/data overrides must be valid keys and values of those sections;
+    of data.* only ``DATA_OVERRIDES``, since every variant trains on the same conversations."""
     entry = cfg["checkpoints"][name]
-    for section in ("drafter", "train"):
+    for section in ("drafter", "train", "data"):
         over = entry.get(section)
         if not over:
             continue
         if section == "train" and "replicates" in over:
             raise ConfigError(f"checkpoints.{name}.train.replicates: set for every checkpoint at once "
                               "(allowed: train.replicates)")
+        if section == "data" and set(over) - set(DATA_OVERRIDES):
+            key = sorted(set(over) - set(DATA_OVERRIDES))[0]
+            raise ConfigError(f"checkpoints.{name}.data.{key}: shared by every checkpoint, which trains on the "
+                              f"same conversations (allowed here: {', '.join(DATA_OVERRIDES)})")
         merged = copy.deepcopy(cfg)
         merged[section] = {**cfg[section], **over}
         errors = sorted(validator.iter_errors(merged), key=lambda e: list(map(str, e.absolute_path)))
@@ -403,6 +411,11 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
             or_null = ", or null for <|MASK|>" if facts["mask_id"] is not None else ""
             raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
                               f"(allowed: an unused row >= {facts['real_vocab']}, a special token{or_null})")
+
+
+def responses_of(cfg: dict, checkpoint: str) -> str:
+    """The answers ``checkpoint`` trains on (``data.responses``, or its entry's override)."""
+    return (cfg["checkpoints"][checkpoint].get("data") or {}).get("responses", cfg["data"]["responses"])
 
 
 def trained_runs(checkpoints, replicates: int) -> list[str]:

@@ -379,7 +379,8 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     feats = features_lib.load_features(features)
     outputs = train_lib.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
     with common.distributed(common.check_device(cfg["device"])) as device:
-        s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, verifier_head=head)
+        s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, verifier_head=head,
+                            data=answers_override(cfg, checkpoint))
     if s.get("rank", 0) == 0:
         logger.info(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, "
                     f"final loss {s['final_loss']:.4f}")
@@ -510,6 +511,13 @@ def _template_kwargs(cfg: StageConfig) -> dict:
 def checkpoint_entry(cfg: StageConfig, run: str) -> dict:
     """The ``checkpoints:`` entry of ``run``: a checkpoint's own, or its seed replicate's checkpoint's."""
     return cfg.section(f"checkpoints.{split_replicate(run)[0]}")
+
+
+def answers_override(cfg: StageConfig, run: str) -> dict | None:
+    """``{"responses": ...}`` where ``run``'s ``checkpoints:`` entry overrides ``data.responses``
+    (its features were made from those answers), else None: the run's own answers."""
+    data = checkpoint_entry(cfg, run).get("data") or {}
+    return {"responses": data["responses"]} if "responses" in data else None
 
 
 def overridden(cfg: StageConfig, run: str, section: str) -> dict:

@@ -253,6 +253,7 @@ class _Run:
     state_path: Path
     inputs: str
     verifier_head: VerifierHead | None = None
+    data: dict | None = None  # what the features were made from, for the summary
     step: int = 0
     metrics: list = field(default_factory=list)
     seconds: float = 0.0
@@ -275,7 +276,8 @@ class TrainOutputs:
 
 
 def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path, device="cpu",
-          autocast_dtype=None, max_steps: int | None = None, verifier_head: VerifierHead | None = None) -> dict:
+          autocast_dtype=None, max_steps: int | None = None, verifier_head: VerifierHead | None = None,
+          data: dict | None = None) -> dict:
     """Train ``drafter`` in place; write the checkpoint, the metrics and the summary to ``out``
     (a ``TrainOutputs``, or a folder holding the workflow's layout).
 
@@ -284,7 +286,9 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     resume); a rerun with the same inputs resumes from it (a state from other settings,
     features or drafter config is refused, naming the file). ``max_steps`` stops early (for
     tests that simulate a crash); the state is saved there too. ``train.loss: kl_div`` needs
-    ``verifier_head`` and features with the last hidden state.
+    ``verifier_head`` and features with the last hidden state. ``data``: what the features were
+    made from, where the summary should say so, recorded as its ``data`` (the workflow: a
+    checkpoint that overrides ``data.responses``, ``{"responses": ...}``).
     """
     out = out if isinstance(out, TrainOutputs) else TrainOutputs.under(out)
     if cfg.loss == "kl_div" and "last" not in feats:
@@ -293,6 +297,7 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     if cfg.loss == "kl_div" and verifier_head is None:
         raise ValueError("train.loss kl_div needs the verifier's head (train.VerifierHead)")
     run = _start_run(drafter, feats, cfg, Path(out.state_dir) / "state.pt", device, autocast_dtype)
+    run.data = data
     run.verifier_head = None if verifier_head is None else verifier_head.to(run.device)
     _resume(run)
     if run.rank == 0:  # rank 0 speaks for the run
@@ -436,7 +441,8 @@ def _finish(run: _Run, out: TrainOutputs) -> dict:
     run.drafter.cpu().save(out.checkpoint)
     write_jsonl(out.metrics, run.metrics, sort_keys=True)
     summary = {"steps": run.total, "epochs": run.cfg.epochs, "rows": len(run.rows), "seconds": run.seconds,
-               "config": asdict(run.cfg), "final_loss": run.metrics[-1]["loss"], "complete": True}
+               "config": asdict(run.cfg), "final_loss": run.metrics[-1]["loss"], "complete": True,
+               **({"data": run.data} if run.data else {})}
     write_json(out.summary, summary)
     if run.state_path.exists():
         run.state_path.unlink()

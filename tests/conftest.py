@@ -216,7 +216,8 @@ def recorded_training(cfg: dict) -> dict:
         train = asdict(stages.train_config(view, name)[0])
         drafter = {**stages.overridden(view, name, "drafter"), "projector": entry["projector"],
                    "shift_label": entry["shift_label"]}
-        out["train_summary"][name] = json.loads(json.dumps({"config": train}))
+        data = stages.answers_override(view, name)
+        out["train_summary"][name] = json.loads(json.dumps({"config": train, **({"data": data} if data else {})}))
         out["drafter_config"][name] = json.loads(json.dumps(drafter))
     return out
 

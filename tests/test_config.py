@@ -242,6 +242,22 @@ def test_a_variant_may_override_drafter_and_train_keys():
     assert out["drafter"]["correct_from"] == 1
 
 
+def test_a_variant_may_override_its_answers_and_no_other_data_key():
+    from domino.config import responses_of
+
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["checkpoints"]["domino-regenerated"] = {**cfg["checkpoints"]["domino"], "data": {"responses": "verifier"}}
+    out = validate_config(cfg)
+    assert responses_of(out, "domino-regenerated") == "verifier" and responses_of(out, "domino") == "corpus"
+    cfg["checkpoints"]["domino-regenerated"]["data"] = {"responses": "teacher"}
+    with pytest.raises(ConfigError, match=r"checkpoints\.domino-regenerated\.data\.responses: 'teacher' is not allowed"):
+        validate_config(cfg)
+    cfg["checkpoints"]["domino-regenerated"]["data"] = {"responses": "verifier", "seq_len": 256}
+    with pytest.raises(ConfigError, match=r"checkpoints\.domino-regenerated\.data\.seq_len: shared by every "
+                                          r"checkpoint, .*\(allowed here: responses\)"):
+        validate_config(cfg)
+
+
 def test_seed_replicates_are_named_after_their_checkpoint():
     cfg = validate_config({**copy.deepcopy(DEFAULT), "train": {**DEFAULT["train"], "replicates": 3}})
     runs = trained_runs(cfg["checkpoints"], cfg["train"]["replicates"])

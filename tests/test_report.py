@@ -134,6 +134,10 @@ def test_variant_changes_are_computed_from_what_each_trained_with():
     assert report.variant_changes(ablations, "domino-loss-mask-input") == "train.loss_mask_at input"
     assert report.variant_changes(ablations, "domino-uniform-noise-storage") == (
         "train.noise uniform, train.noise_dtype storage")
+    assert report.variant_changes(ablations, "domino-regenerated") == "data.responses verifier"
+    cfg = load("config.yaml", "config/ablations.yaml")
+    assert report.overrides(cfg, ablations, "domino-regenerated") == "data.responses verifier"
+    assert report.overrides(cfg, ablations, "domino-cf0") == "drafter.correct_from 0"
 
 
 def test_each_row_prints_what_its_training_recorded(tmp_path, results):

@@ -230,7 +230,9 @@ def _readme_overlay_line(overlay):
 
 @pytest.mark.parametrize("overlay,added", [
     ("config/sampling.yaml", {"sampling": 2, "report": 1}),  # one job per T > 0; no training, no greedy benchmark
-    ("config/ablations.yaml", {"train": 9, "validate": 9, "benchmark": 1, "report": 1}),  # the 9 variants
+    # the 10 variants; domino-regenerated's answers, draft vocabulary and features
+    ("config/ablations.yaml", {"train": 10, "validate": 10, "benchmark": 1, "report": 1, "regenerate": 2,
+                               "draft_vocab_responses": 1, "extract_hidden_states_responses": 2}),
     ("config/replicates.yaml", {"train": 6, "benchmark": 1, "report": 1}),  # two more seeds per checkpoint
     ("config/mt-bench.yaml", {"benchmark": 1, "report": 1}),  # MT-Bench's job; HumanEval's stays
 ])
@@ -281,6 +283,36 @@ def test_a_second_suite_is_decoded_and_reported_beside_humaneval(micro_run, tmp_
     assert "## Benchmark suites" in appendix and "### MT-Bench by category" in appendix
     assert "### Published claims per suite" in (run / "reports" / "reproduction.md").read_text()
     assert (run / "benchmarks" / "benchmark" / "mt-bench.tsv").exists()
+
+
+def test_a_variant_trained_on_the_verifiers_answers_beside_the_corpus_rows(micro_run, tmp_path):
+    """config/ablations.yaml's domino-regenerated row alone, in a copy of the finished micro run:
+    the verifier answers both splits once, the row gets a draft vocabulary and features of its own
+    (responses-verifier/), trains and validates on them, and the card names what it changes; the
+    card's rows and their features are left as they were."""
+    import yaml
+
+    run = _copy_run(micro_run, tmp_path / "run")
+    row = yaml.safe_load((run / "config" / "ablations.yaml").read_text())["checkpoints"]["domino-regenerated"]
+    (run / "answers.yaml").write_text(yaml.safe_dump({"checkpoints": {"domino-regenerated": row}}))
+    features = run / "results" / "extract_hidden_states" / "train" / "index.json"
+    before = features.read_bytes()
+    out = run_snakemake(run, "--cores", "1", "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
+                        "answers.yaml")
+    text = out.stdout + out.stderr
+    assert text.count("localrule regenerate:") == 2 and text.count("localrule train:") == 1, text[-3000:]
+    assert features.read_bytes() == before
+    ours = run / "results" / "extract_hidden_states" / "responses-verifier"
+    assert json.loads((ours / "train" / "index.json").read_text())["samples"] > 0 and (ours / "val" / "index.json").exists()
+    assert (run / "results" / "draft_vocab" / "responses-verifier" / "vocab.safetensors").exists()
+    summaries = {c: json.loads((run / "results" / "train" / c / "summary.json").read_text())
+                 for c in ("domino", "domino-regenerated")}
+    assert summaries["domino-regenerated"]["data"] == {"responses": "verifier"}
+    assert "data" not in summaries["domino"]  # the run's own answers
+    appendix = " ".join((run / "reports" / "model_card_appendix.md").read_text().split())
+    assert "| domino-regenerated | data.responses verifier |" in appendix
+    assert (f"so for another number of steps: domino-regenerated {summaries['domino-regenerated']['steps']:,} "
+            f"against Domino's {summaries['domino']['steps']:,}.") in appendix
 
 
 def test_a_one_key_edit_gives_a_short_reason_naming_the_key(micro_run):

@@ -167,6 +167,16 @@ def _ablation_rows(res: dict, by_name: dict, order: list[str], changes: dict) ->
             for c in order]
 
 
+def _other_answers(by_name: dict, order: list[str], changes: dict) -> str | None:
+    """The training steps of the variants that train on other answers (``data.responses``)
+    against Domino's, "domino-regenerated 65 against Domino's 53"; None without one."""
+    others = [c for c in order if "data.responses" in (changes.get(c) or "")]
+    if not others:
+        return None
+    steps = ", ".join(f"{by_name[c]['label']} {by_name[c]['steps']:,}" for c in others)
+    return f"{steps} against Domino's {by_name['domino']['steps']:,}"
+
+
 def _trainer_rows(ctx: dict, trainer: dict) -> list[dict]:
     """The Ablations rows of the variants that take the card's trainer's conventions (``trainer``:
     name -> those settings in words), each with its acceptance length against Domino's."""
@@ -270,6 +280,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
+        "other_answers": _other_answers(by_name, order, changes),
         "sampling": _sampling_rows(res, order, temperatures), "suites": _suite_section(res, scope),
         "boot": res["benchmark"]["domino"]["summary"]["bootstrap"],
         "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in order],

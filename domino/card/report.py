@@ -18,7 +18,7 @@ from .paths import CardPaths
 from .render import render_card
 from .results import load_results, sampling_dir
 from ..common import hardware
-from ..config import HUB_ID, aux_noise, config_sha256, trained_runs, vllm_runs
+from ..config import HUB_ID, aux_noise, config_sha256, responses_of, trained_runs, vllm_runs
 from .scale import public_name, run_settings, scale_statement, verifier_kind
 
 logger = logging.getLogger(__name__)
@@ -34,9 +34,12 @@ def card_stages(cfg: dict) -> list[str]:
     trained = trained_runs(ckpts, cfg["train"]["replicates"])
     stages = {"embedded": ["tokenizer", "verifier"], "gguf": ["convert_verifier"]}.get(cfg["verifier"]["source"], [])
     stages += ["prepare_data"]
-    if cfg["data"]["responses"] == "verifier":
+    used = {responses_of(cfg, c) for c in ckpts}
+    if "verifier" in used | {cfg["data"]["responses"]}:
         stages += ["regenerate/train", "regenerate/val"]
     stages += ["extract_hidden_states/train", "extract_hidden_states/val"]
+    stages += [f"extract_hidden_states/responses-{r}/{split}" for r in sorted(used - {cfg["data"]["responses"]})
+               for split in ("train", "val")]
     suites = cfg["benchmark"]["suites"]
     stages += [f"train/{c}" for c in trained] + [f"validate/{c}" for c in ckpts]
     stages += [f"benchmark/{s}" for s in suites]
@@ -214,9 +217,13 @@ def trained_config(cfg: dict, res: dict, name: str) -> dict:
     drafter section's keys from its ``drafter_config.json``, the train section's from its
     ``summary.json`` ``config``, each over the config's shared section, which supplies only what
     neither file holds (the train stage's own keys, ``domino.train.STAGE_KEYS``); under
-    ``"checkpoint"`` its projector, shift_label and weighting as recorded. ``res``: ``load_results``."""
+    ``"checkpoint"`` its projector, shift_label and weighting as recorded, and under ``"data"`` the
+    answers it trained on (``data.responses``: its summary's ``data``, else the run's own).
+    ``res``: ``load_results``."""
     drafter, train = res["drafter_config"][name], res["train_summary"][name]["config"]
+    data = res["train_summary"][name].get("data") or {"responses": cfg["data"]["responses"]}  # absent: the run's own
     return {**cfg,
+            "data": {**cfg["data"], **data},
             "drafter": {**cfg["drafter"], **{k: v for k, v in drafter.items() if k in cfg["drafter"]}},
             "train": {**cfg["train"], **{k: v for k, v in train.items() if k in cfg["train"]}},
             "checkpoint": {"projector": drafter["projector"], "shift_label": drafter["shift_label"],
@@ -224,8 +231,9 @@ def trained_config(cfg: dict, res: dict, name: str) -> dict:
 
 
 def _differing(mine: dict, theirs: dict) -> list[str]:
-    """``drafter.*`` / ``train.*`` keys whose values differ between two trained configs."""
-    return [f"{section}.{k}" for section in ("drafter", "train")
+    """``data.responses`` and ``drafter.*`` / ``train.*`` keys whose values differ between two
+    trained configs."""
+    return [f"{section}.{k}" for section in ("data", "drafter", "train")
             for k in sorted(set(mine[section]) | set(theirs[section]))
             if mine[section].get(k) != theirs[section].get(k)]
 
@@ -247,10 +255,11 @@ def variant_changes(trained: dict, name: str, reference: str = "domino") -> str:
 
 
 def overrides(cfg: dict, trained: dict, name: str) -> str:
-    """The ``drafter.*`` / ``train.*`` settings checkpoint ``name``'s entry overrides, with the values
-    it trained with, e.g. "train.lr 0.001"; "none" when it keeps the shared sections."""
+    """The ``data.responses`` / ``drafter.*`` / ``train.*`` settings checkpoint ``name``'s entry
+    overrides, with the values it trained with, e.g. "train.lr 0.001"; "none" when it keeps the
+    shared sections."""
     entry, mine = cfg["checkpoints"][name], trained[name]
-    out = [f"{section}.{k} {_setting(mine[section][k])}" for section in ("drafter", "train")
+    out = [f"{section}.{k} {_setting(mine[section][k])}" for section in ("data", "drafter", "train")
            for k in sorted(entry.get(section) or {}) if mine[section][k] != cfg[section].get(k)]
     return ", ".join(out) or "none"
 

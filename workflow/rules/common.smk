@@ -6,8 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, trained_runs,
-                           validate_config, vllm_runs)
+from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, responses_of, split_replicate,
+                           trained_runs, validate_config, vllm_runs)
 from domino.logs import job_error_lines
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
@@ -31,8 +31,29 @@ VERIFIER_INPUT = ["results/verifier/model"] if EMBEDDED or GGUF else []
 TOKENIZER = "results/verifier/tokenizer" if EMBEDDED else VERIFIER
 # the conversations the drafter trains on (data.responses): the prepared corpus, or the same
 # conversations answered by the verifier (rule regenerate)
-REGENERATED = config["data"]["responses"] == "verifier"
-TRAINING_DATA = "results/regenerate/{split}.jsonl" if REGENERATED else "results/prepare_data/{split}.jsonl"
+CONVERSATIONS = {"corpus": "results/prepare_data/{split}.jsonl", "verifier": "results/regenerate/{split}.jsonl"}
+RESPONSES = config["data"]["responses"]
+TRAINING_DATA = CONVERSATIONS[RESPONSES]
+# A checkpoint that overrides data.responses (an ablation of the answers) trains on the other
+# answers' own draft vocabulary and features, under responses-<responses>/; the run's own answers
+# keep the plain paths.
+
+
+def responses_dir(checkpoint):
+    """'' for the run's own answers, else 'responses-<responses>/': the draft vocabulary's and the
+    features' subfolder of a checkpoint (or seed replicate) that trains on other answers."""
+    responses = responses_of(config, split_replicate(checkpoint)[0])
+    return "" if responses == RESPONSES else f"responses-{responses}/"
+
+
+def features_of(split):
+    """The features of ``split`` that the job's checkpoint trains or is validated on."""
+    return lambda wc: f"results/extract_hidden_states/{responses_dir(wc.checkpoint)}{split}/index.json"
+
+
+def vocab_of(wc):
+    """The draft vocabulary the job's checkpoint trains with."""
+    return f"results/draft_vocab/{responses_dir(wc.checkpoint)}vocab.safetensors"
 TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else VERIFIER_INPUT
 
 # vLLM pins its own transformers, so its stages run under another interpreter (vllm.python);

@@ -50,3 +50,17 @@ rule draft_vocab:
         "logs/draft_vocab.log",
     shell:
         domino("draft_vocab")
+
+
+# the draft vocabulary of a checkpoint that trains on other answers than the run's (data.responses)
+use rule draft_vocab as draft_vocab_responses with:
+    input:
+        verifier=VERIFIER_INPUT,
+        train=lambda wc: CONVERSATIONS[wc.responses].format(split="train"),
+    output:
+        vocab="results/draft_vocab/responses-{responses}/vocab.safetensors",
+        summary="results/draft_vocab/responses-{responses}/vocab.json",
+    wildcard_constraints:
+        responses="corpus|verifier",
+    log:
+        "logs/draft_vocab/responses-{responses}.log",

@@ -4,7 +4,7 @@ from domino.card.paths import PLOTS, template_files  # the plots' file names and
 rule report:
     input:
         summary="results/prepare_data/summary.json",
-        regenerated=expand("results/regenerate/{split}.json", split=["train", "val"]) if REGENERATED else [],
+        regenerated=expand("results/regenerate/{split}.json", split=["train", "val"]) if RESPONSES == "verifier" else [],
         validate=expand("results/validate/{checkpoint}.json", checkpoint=CHECKPOINTS),
         benchmark=expand("results/benchmark/{suite}/{run}.json", suite=SUITES, run=RUNS),
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),

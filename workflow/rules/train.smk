@@ -1,8 +1,8 @@
 rule train:
     input:
         verifier=VERIFIER_INPUT,
-        vocab="results/draft_vocab/vocab.safetensors",
-        features="results/extract_hidden_states/train/index.json",
+        vocab=vocab_of,
+        features=features_of("train"),
     output:
         weights="results/train/{checkpoint}/checkpoint/model.safetensors",
         drafter_config="results/train/{checkpoint}/checkpoint/drafter_config.json",
@@ -26,7 +26,7 @@ rule train:
 rule validate:
     input:
         weights="results/train/{checkpoint}/checkpoint/model.safetensors",
-        features="results/extract_hidden_states/val/index.json",
+        features=features_of("val"),
     output:
         out="results/validate/{checkpoint}.json",
     wildcard_constraints:
