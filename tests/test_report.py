@@ -1,6 +1,7 @@
 """domino.card.report: the report stage end to end on the fixtures, per scale; provenance; stage times."""
 
 import re
+import json
 import shutil
 import subprocess
 import sys
@@ -267,3 +268,28 @@ def test_the_report_measures_each_variant_that_takes_the_trainers_conventions(tm
     record_training(results, load("config.yaml"))
     report.build_report(load("config.yaml"), results, plain, repo=tmp_path)
     assert "trainer's conventions, measured" not in (plain / "reproduction.md").read_text()
+
+
+def test_a_variant_on_other_answers_is_named_with_its_steps(tmp_path, results):
+    """A checkpoint that overrides data.responses: its training summary says so, the Ablations
+    table names the change, and the card gives its training steps beside Domino's, since other
+    answers make other rows to train on. The regenerate and responses-verifier jobs are among the
+    card's stages."""
+    cfg = load("config.yaml")
+    cfg["checkpoints"]["domino-regenerated"] = {"projector": "domino", "shift_label": True, "weighting": "shifted",
+                                                "data": {"responses": "verifier"}}
+    for rel in ("validate/{}.json", "train/{}", "benchmark/humaneval/{}.json"):
+        src, dst = results / rel.format("domino"), results / rel.format("domino-regenerated")
+        shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
+    record_training(results, cfg)
+    summary = json.loads((results / "train" / "domino-regenerated" / "summary.json").read_text())
+    assert summary["data"] == {"responses": "verifier"}
+    io.write_json(results / "train" / "domino-regenerated" / "summary.json", {**summary, "steps": 1234})
+    stages = report.card_stages(cfg)
+    assert stages[stages.index("prepare_data") + 1:][:2] == ["regenerate/train", "regenerate/val"]
+    assert "extract_hidden_states/responses-verifier/train" in stages
+    report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    appendix = " ".join((tmp_path / "reports" / "model_card_appendix.md").read_text().split())
+    steps = json.loads((results / "train" / "domino" / "summary.json").read_text())["steps"]
+    assert "| domino-regenerated | data.responses verifier |" in appendix
+    assert f"for another number of steps: domino-regenerated 1,234 against Domino's {steps:,}." in appendix
