@@ -48,6 +48,10 @@ def test_an_answer_that_reaches_the_budget_is_marked_cut(model):
     assert len(answer) == 4 and cut
     row = rg.regenerated_row("x", [5, 6, 7], answer, cut, seq_len=6)
     assert row == {"id": "x", "input_ids": [5, 6, 7, *answer[:3]], "loss_mask": [0, 0, 0, 1, 1, 1], "cut": True}
+    # what python -m domino.tools.bench_regenerate reads back: the prompt, and the answer as written
+    from domino.tools.bench_regenerate import prompt_and_answer
+
+    assert prompt_and_answer(row) == ([5, 6, 7], answer[:3])
 
 
 def test_nucleus_keeps_the_smallest_set_past_top_p():
