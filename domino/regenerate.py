@@ -37,6 +37,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,6 +49,8 @@ from . import io
 logger = logging.getLogger(__name__)
 
 PARTS_SUFFIX = ".parts"  # <out>.parts/: finished shards, kept across interruptions
+# what answers one batch: (its prompts, its seed) -> each prompt's (answer ids, cut)
+Answer = Callable[[list[list[int]], int], list[tuple[list[int], bool]]]
 
 
 class RegenerateError(ValueError):
@@ -144,12 +147,19 @@ def _shard_key(cfg: RegenerateConfig, verifier_key: str, prompts: list[list[int]
 
 
 def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list[int]], stop_ids: list[int],
-               pad_id: int, cfg: RegenerateConfig, out: str | Path, desc: str = "regenerate") -> dict:
+               pad_id: int, cfg: RegenerateConfig, out: str | Path, desc: str = "regenerate",
+               answer: Answer | None = None) -> dict:
     """Answer every row's prompt (``prompts[i]`` for ``rows[i]``), write the regenerated rows to
     ``out`` (JSON lines, the prepared rows' format plus ``cut``) and return the summary.
 
-    ``verifier_key``: what identifies the verifier's weights (a shard answered by another verifier
-    is not kept). The shards live in ``<out>.parts/`` until the file is complete."""
+    ``verifier_key``: what identifies the verifier's weights and what runs it (a shard answered
+    otherwise is not kept). ``answer``: what answers a batch, by default ``generate_batch`` on
+    ``verifier``; ``domino.vllm_backend.vllm_answers`` answers through vLLM (``verifier`` then
+    unused). The shards live in ``<out>.parts/`` until the file is complete."""
+    if answer is None:
+        def answer(batch: list[list[int]], seed: int) -> list[tuple[list[int], bool]]:
+            return generate_batch(verifier, batch, cfg.max_new_tokens, stop_ids, pad_id, cfg.temperature, cfg.top_p,
+                                  torch.Generator().manual_seed(seed))
     if len(rows) != len(prompts):
         raise RegenerateError(f"{len(rows)} rows but {len(prompts)} prompts")
     for r, p in zip(rows, prompts):
@@ -175,9 +185,7 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
         order = sorted(idx, key=lambda i: (len(prompts[i]), i))  # little padding within a batch
         for b in range(0, len(order), cfg.batch_size):
             batch = order[b:b + cfg.batch_size]
-            gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, s, b // cfg.batch_size))
-            res = generate_batch(verifier, [prompts[i] for i in batch], cfg.max_new_tokens, stop_ids, pad_id,
-                                 cfg.temperature, cfg.top_p, gen)
+            res = answer([prompts[i] for i in batch], _batch_seed(cfg.seed, s, b // cfg.batch_size))
             for i, r in zip(batch, res):
                 answers[i] = r
                 total_tokens += len(r[0])
@@ -210,6 +218,7 @@ def verifier_key(path: str, dtype: str) -> str:
 
 
 def _batch_seed(seed: int, shard: int, batch: int) -> int:
+    """The seed of one batch's draws, from the run's seed and the batch's place (< 2**64)."""
     return int.from_bytes(hashlib.sha256(f"regenerate:{seed}:{shard}:{batch}".encode()).digest()[:8], "little")
 
 

@@ -260,17 +260,19 @@ def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary
 
 
 _REGENERATE = ("data.seq_len", "data.enable_thinking", "data.temperature", "data.top_p", "data.max_new_tokens",
-               "data.generation_batch_size", "data.shard_samples")
+               "data.generation_batch_size", "data.shard_samples", "data.generation_backend")
 
 
 @stage("regenerate", ("device", "verifier.dtype", *_CORPUS, *_REGENERATE),
-       {"split": "wildcard", "verifier": "param", "data": "input", "out": "output", "summary": "output"})
+       {"split": "wildcard", "verifier": "param", "data": "input", "out": "output", "summary": "output"},
+       reads_when=lambda c: ("vllm.memory_fraction",) if c["data"]["generation_backend"] == "vllm" else ())
 def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str, summary: str) -> None:
     from . import common, data as data_lib, io, regenerate as regenerate_lib, verifier as verifier_lib
 
     device = common.check_device(cfg["device"])
     tok = verifier_lib.load_tokenizer(verifier)
-    model = verifier_lib.load_verifier(verifier, cfg["verifier.dtype"], device)
+    backend = cfg["data.generation_backend"]
+    model = verifier_lib.load_verifier(verifier, cfg["verifier.dtype"], device if backend == "transformers" else "cpu")
     rows = data_lib.read_jsonl(data)
     # the prepared rows name their conversations; the corpus, read again, gives their messages
     messages = {r["id"]: r["messages"] for r in data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"],
@@ -288,11 +290,23 @@ def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str,
         max_new_tokens=cfg["data.max_new_tokens"], batch_size=cfg["data.generation_batch_size"],
         shard_samples=cfg["data.shard_samples"], temperature=cfg["data.temperature"], top_p=cfg["data.top_p"],
         seq_len=cfg["data.seq_len"], seed=cfg["seed"])
-    s = regenerate_lib.regenerate(model, regenerate_lib.verifier_key(verifier, cfg["verifier.dtype"]), rows, prompts,
-                                  stop, pad, rc, out, desc=f"regenerate {split}")
+    key, answer = regenerate_lib.verifier_key(verifier, cfg["verifier.dtype"]), None
+    if backend == "vllm":  # the vLLM environment's interpreter runs this job (workflow/rules/data.smk)
+        from .vllm_backend import load_llm, vllm_answers
+
+        # the transformers verifier gave the stop ids; vLLM answers with its own copy
+        llm = load_llm(verifier, cfg["verifier.dtype"], max_model_len=model.config.max_position_embeddings,
+                       seed=cfg["seed"], memory_fraction=cfg["vllm.memory_fraction"])
+        key, model = f"{key}:vllm", None
+
+        def answer(batch, seed):
+            return vllm_answers(llm, batch, rc.max_new_tokens, stop, rc.temperature, rc.top_p, seed)
+    s = regenerate_lib.regenerate(model, key, rows, prompts, stop, pad, rc, out, desc=f"regenerate {split}",
+                                  answer=answer)
     s |= {"split": split, "decoding": "greedy" if rc.temperature == 0 else
           f"sampled at temperature {rc.temperature:g}, top_p {rc.top_p:g}, seed {rc.seed}",
-          "max_new_tokens": rc.max_new_tokens, "verifier_dtype": cfg["verifier.dtype"], "turns": "first"}
+          "max_new_tokens": rc.max_new_tokens, "verifier_dtype": cfg["verifier.dtype"], "turns": "first",
+          "backend": backend}
     io.write_json(summary, s)
     logger.info(f"{s['conversations']} {split} answers regenerated ({s['decoding']}): {s['answer_tokens']} answer "
                 f"tokens, {s['cut']} cut at {rc.max_new_tokens}; {s['generated_tokens']} tokens in "

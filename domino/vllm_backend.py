@@ -14,7 +14,8 @@ Three uses, each beside the project's own transformers code rather than instead 
   the *normed* last state, so
   the extractor asks for layer ``L`` as well and applies the verifier's final norm and the
   draft-vocabulary rows of its ``lm_head`` itself.
-* ``vllm_generate`` without a speculative config: plain greedy through vLLM.
+* ``vllm_generate`` without a speculative config: plain greedy through vLLM; ``vllm_answers``:
+  regenerated training answers, a batch at a time (``data.generation_backend: vllm``).
 * ``vllm_generate`` on an ``LLM`` built with ``speculative=<export dir>``: vLLM's own DFlash
   loop on a checkpoint written by ``domino.export``, any kind, as trained through
   ``domino.vllm_plugin``. Acceptance comes from vLLM's counters
@@ -138,6 +139,25 @@ def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()
     drafts = sum(c["drafts"] for c in per_prompt)
     per_pos = [sum(col) for col in zip(*[c["accepted_per_position"] for c in per_prompt])] if speculative else []
     return out, {"drafts": drafts, "accepted_per_position": per_pos, "per_prompt": per_prompt}
+
+
+def vllm_answers(llm, prompts: list[list[int]], max_new_tokens: int, stop_ids, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int = 0) -> list[tuple[list[int], bool]]:
+    """Each prompt's answer through vLLM in one batched call, as ``domino.regenerate.generate_batch``
+    gives it: ``(token ids, cut)``, a stop id kept as the last id, ``cut`` when the budget ended it.
+    Greedy at ``temperature`` 0; else vLLM's own sampler, prompt i seeded by ``seed + i``, so a
+    seed gives the same answers every run, though not the draws of the transformers path."""
+    from vllm import SamplingParams
+
+    stops = sorted(set(stop_ids))
+    def params(i: int):
+        return SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                              stop_token_ids=stops, ignore_eos=not stops, skip_special_tokens=False,
+                              detokenize=False, **({"seed": (seed + i) % 2**63} if temperature > 0 else {}))
+    outs = llm.generate([{"prompt_token_ids": list(p)} for p in prompts], [params(i) for i in range(len(prompts))],
+                        use_tqdm=False)
+    answers = [list(o.outputs[0].token_ids) for o in outs]
+    return [(a, not (a and a[-1] in stops)) for a in answers]
 
 
 def _counts_between(before: tuple[int, list[int]], after: tuple[int, list[int]]) -> dict:

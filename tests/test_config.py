@@ -258,6 +258,14 @@ def test_a_variant_may_override_its_answers_and_no_other_data_key():
         validate_config(cfg)
 
 
+def test_vllm_answers_need_the_vllm_environment():
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["data"] = {**cfg["data"], "responses": "verifier", "generation_backend": "vllm"}
+    with pytest.raises(ConfigError, match=r"vllm\.python: required when features\.backend or "
+                                          r"data\.generation_backend is 'vllm'"):
+        validate_config(cfg)
+
+
 def test_seed_replicates_are_named_after_their_checkpoint():
     cfg = validate_config({**copy.deepcopy(DEFAULT), "train": {**DEFAULT["train"], "replicates": 3}})
     runs = trained_runs(cfg["checkpoints"], cfg["train"]["replicates"])

@@ -36,21 +36,57 @@ def tiny_dir(tmp_path_factory):
     return d
 
 
-def test_vllm_greedy_matches_the_projects_greedy(tiny_dir):
+@pytest.fixture(scope="module")
+def tiny_llm(tiny_dir):
+    from domino.vllm_backend import load_llm
+
+    return load_llm(str(tiny_dir), "float32", max_model_len=512, memory_fraction=0.2)
+
+
+def _prompts(seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 511, (int(n),), generator=g).tolist() for n in torch.randint(4, 60, (8,), generator=g)]
+
+
+def test_vllm_greedy_matches_the_projects_greedy(tiny_dir, tiny_llm):
     from domino.decode import decode
     from domino.verifier import load_verifier
-    from domino.vllm_backend import load_llm, vllm_greedy
+    from domino.vllm_backend import vllm_greedy
 
-    g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, 511, (int(n),), generator=g).tolist() for n in torch.randint(4, 60, (8,), generator=g)]
+    prompts = _prompts(1)
     verifier = load_verifier(str(tiny_dir))
     ours = [decode(verifier, p, 24).new_token_ids for p in prompts]
-    llm = load_llm(str(tiny_dir), "float32", max_model_len=512, memory_fraction=0.2)
-    theirs = [r.new_token_ids for r in vllm_greedy(llm, prompts, 24)]
+    theirs = [r.new_token_ids for r in vllm_greedy(tiny_llm, prompts, 24)]
     same = sum(a == b for a, b in zip(ours, theirs))
     print(f"vLLM greedy equals ours on {same} of {len(prompts)} prompts")
     # float kernels differ between the two stacks; a near-tie may flip a late token, never most
     assert same >= 6, list(zip(ours, theirs))
+
+
+def test_regenerated_answers_through_vllm_as_through_transformers(tiny_dir, tiny_llm):
+    """data.generation_backend vllm: a batch answered through vLLM in one call against the
+    regenerate stage's batched transformers answers, greedy, float32 (a near tie may flip a late
+    token, never most); the stop id is kept and an answer it ends is not cut. Sampled, a seed
+    gives the same answers twice."""
+    from domino.regenerate import generate_batch
+    from domino.verifier import load_verifier
+    from domino.vllm_backend import vllm_answers
+
+    prompts = _prompts(2)
+    verifier = load_verifier(str(tiny_dir))
+    free = generate_batch(verifier, prompts, 24, [], 0)
+    stop = free[0][0][5]  # the first prompt's sixth token: that answer ends there
+    ours = generate_batch(verifier, prompts, 24, [stop], 0)
+    theirs = vllm_answers(tiny_llm, prompts, 24, [stop])
+    same = sum(a == b for a, b in zip(ours, theirs))
+    print(f"vLLM's regenerated answers equal the transformers batch on {same} of {len(prompts)} prompts")
+    assert same >= 6, list(zip(ours, theirs))
+    k = free[0][0].index(stop)
+    assert ours[0] == (free[0][0][:k + 1], False)  # ended by the stop id, kept
+    assert all(cut == (not a or a[-1] != stop) for a, cut in theirs)
+    assert any(not cut for _, cut in theirs)
+    sampled = [vllm_answers(tiny_llm, prompts, 24, [stop], temperature=1.0, top_p=0.9, seed=5) for _ in range(2)]
+    assert sampled[0] == sampled[1] and sampled[0] != theirs
 
 
 # ------------------------------------------------------------------ the workflow with vLLM stages
@@ -110,6 +146,39 @@ def test_extraction_through_vllm_matches_transformers(vllm_micro_run, tmp_path):
     assert rel < 2e-2  # bf16 storage of the states; the layer convention being off gives O(1)
     assert rel_last < 2e-2  # before the final norm in both: the normed state differs by O(1)
     assert agree > 0.98
+
+
+def test_regeneration_through_vllm_matches_transformers(vllm_micro_run, tmp_path):
+    """The regenerate stage with data.generation_backend vllm against the same stage with
+    transformers, on the micro run's validation conversations and verifier (float32): the same
+    prompts, nearly all answers equal (a near tie may flip a late token), the backend recorded."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from domino.config import merge
+
+    repo = vllm_micro_run
+    run_cfg = merge(yaml.safe_load((repo / "micro.yaml").read_text()), yaml.safe_load(VLLM_OVERLAY % sys.executable))
+    rows = {}
+    for backend in ("transformers", "vllm"):
+        params = stage_cli_config("regenerate", merge(run_cfg, {
+            "threads": 1, "verifier": {"dtype": "float32"}, "data": {"generation_backend": backend, "max_new_tokens": 32}}),
+            split="val")
+        out = tmp_path / backend
+        subprocess.run([sys.executable, "-m", "domino", "regenerate", "--config", params, "--split", "val",
+                        "--verifier", str(repo / "results/verifier/model"),
+                        "--data", str(repo / "results/prepare_data/val.jsonl"), "--out", str(out / "val.jsonl"),
+                        "--summary", str(out / "val.json")], check=True, capture_output=True)
+        assert json.loads((out / "val.json").read_text())["backend"] == backend
+        rows[backend] = [json.loads(line) for line in (out / "val.jsonl").read_text().splitlines()]
+    ours, theirs = rows["transformers"], rows["vllm"]
+    assert [r["id"] for r in ours] == [r["id"] for r in theirs]
+    same = sum(a == b for a, b in zip(ours, theirs))
+    print(f"regenerate through vLLM: {same} of {len(ours)} rows equal the transformers stage's")
+    assert same >= 0.8 * len(ours)
 
 
 @pytest.mark.parametrize("suite", ["humaneval", "mt-bench"])

@@ -27,13 +27,14 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
     (repo / "vllm.yaml").write_text(
         "verifier: {embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64}}\n"
         f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n"
-        "benchmark: {suites: [humaneval, mt-bench]}\n")
+        "benchmark: {suites: [humaneval, mt-bench]}\ndata: {responses: verifier, generation_backend: vllm}\n")
     out = run_snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
     jobs = planned_jobs(out)
-    assert jobs == {**DEFAULT_JOBS, "benchmark": 2, "export": 3, "vllm_benchmark_baseline": 2,
+    assert jobs == {**DEFAULT_JOBS, "regenerate": 2, "benchmark": 2, "export": 3, "vllm_benchmark_baseline": 2,
                     "vllm_benchmark": 6}, jobs
     text = out.stdout + out.stderr
     assert text.count(f"{fake} -m domino extract_hidden_states") == 2
+    assert text.count(f"{fake} -m domino regenerate") == 2  # data.generation_backend: vllm
     assert text.count(f"{fake} -m domino vllm_benchmark") == 8
     for suite in ("humaneval", "mt-bench"):  # every suite served, each from its own benchmark's prompts
         for run in ("baseline", "dflash-shift", "dflash-noshift", "domino"):

@@ -33,7 +33,7 @@ rule regenerate:
     benchmark:
         "benchmarks/regenerate/{split}.tsv"
     shell:
-        domino("regenerate")
+        domino("regenerate", VLLM_DOMINO if config["data"]["generation_backend"] == "vllm" else "python -m domino")
 
 
 rule draft_vocab:
