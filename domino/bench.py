@@ -50,7 +50,8 @@ class BenchmarkError(RuntimeError):
 
 
 @torch.inference_mode()
-def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int], verify_rows: int = 0) -> dict | None:
+def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int], verify_rows: int = 0,
+               memo: dict | None = None) -> dict | None:
     """Where two greedy continuations of one prompt part, and by how much the verifier's logits
     of the two tokens differ there. None if they are identical.
 
@@ -65,24 +66,42 @@ def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int]
     ``noise``: the largest logit difference over the vocabulary between the whole-prefix forward
     and any other, what a forward's row counts move a logit by at this position (0 in float32 on
     a CPU, tenths in bf16). ``gap`` is None when one continuation simply ended (EOS) where the
-    other went on, which no rounding explains."""
+    other went on, which no rounding explains.
+
+    ``memo``: a dict kept across calls that share ``ref`` (every drafter's lossless check against
+    one plain decode): the forwards at a parting depend on the prompt, ``ref``, the position and
+    ``verify_rows`` only, not on ``other``, so a parting two drafters share is computed once."""
     t = next((i for i, (a, b) in enumerate(zip(ref, other)) if a != b), min(len(ref), len(other)))
     if t == len(ref) == len(other):
         return None
     if t >= len(ref) or t >= len(other):
         return {"position": t, "tokens": [ref[t] if t < len(ref) else None, other[t] if t < len(other) else None],
                 "gap": None}
-    full = list(prompt_ids) + list(ref)
-    ids = torch.tensor([full[:len(prompt_ids) + t]], device=verifier.device)
+    memo = {} if memo is None else memo
+    key = (tuple(prompt_ids), tuple(ref), t, verify_rows)
+    if key not in memo:
+        forms = _parting_logits(verifier, list(prompt_ids) + list(ref), len(prompt_ids), t, verify_rows)
+        memo[key] = forms, max(float((forms[0] - f).abs().max()) for f in forms[1:])
+    return _parting(*memo[key], t, ref[t], other[t])
+
+
+def _parting(forms: list[torch.Tensor], noise: float, t: int, a: int, b: int) -> dict:
+    margins = [float(f[a] - f[b]) for f in forms]
+    return {"position": t, "tokens": [a, b], "gap": abs(margins[0]), "margins": margins, "noise": noise}
+
+
+def _parting_logits(verifier, full: list[int], n: int, t: int, verify_rows: int) -> list[torch.Tensor]:
+    """The logits that choose new token ``t`` after the prompt ``full[:n]``, in each of the
+    forwards ``divergence`` describes, the whole-prefix forward first: [vocab] float32 each."""
+    ids = torch.tensor([full[:n + t]], device=verifier.device)
     whole = verifier(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
-    n, cache = len(prompt_ids), DynamicCache(config=verifier.config)
-    ck = cache_kwarg(verifier)
+    cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
     out = verifier(input_ids=ids[:, :n], **{ck: cache}, use_cache=True, logits_to_keep=1)
     for i in range(n, ids.shape[1]):
         out = verifier(input_ids=ids[:, i:i + 1], **{ck: cache}, use_cache=True)
     forms = [whole, out.logits[0, -1].float()]
     last = ids.shape[1] - 1  # the position whose logits choose new token t
-    rows = full[len(prompt_ids) + t:] + [full[-1]] * verify_rows  # what the rows after it hold
+    rows = full[n + t:] + [full[-1]] * verify_rows  # what the rows after it hold
     for j in range(verify_rows):
         start = last - j
         if start < n:  # the step would begin inside the prompt, which the loop prefills
@@ -91,10 +110,7 @@ def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int]
         verifier(input_ids=ids[:, :start], **{ck: cache}, use_cache=True, logits_to_keep=1)
         block = torch.tensor([full[start:last + 1] + rows[:verify_rows - j - 1]], device=verifier.device)
         forms.append(verifier(input_ids=block, **{ck: cache}, use_cache=True).logits[0, j].float())
-    a, b = ref[t], other[t]
-    margins = [float(f[a] - f[b]) for f in forms]
-    return {"position": t, "tokens": [a, b], "gap": abs(margins[0]), "margins": margins,
-            "noise": max(float((whole - f).abs().max()) for f in forms[1:])}
+    return forms
 
 
 def lossless_verdict(divergence_info: dict | None, tie_tolerance: float | None) -> str:
@@ -263,7 +279,8 @@ def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
 
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
-                   tie_tolerance: float | None, verify_rows: int = 0, turn: int | None = None) -> list[dict]:
+                   tie_tolerance: float | None, verify_rows: int = 0, turn: int | None = None,
+                   memo: dict | None = None) -> list[dict]:
     """Greedy decoding: every speculative continuation must equal the plain one decoded beside it.
     (A sampled one follows the same distribution, not the same tokens: tests/test_sampling.py.)
 
@@ -271,13 +288,14 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
     naming the pair; raises BenchmarkError on any other parting. ``verify_rows``: the rows of the
     run's verify forward (1 + drafts per step), the shape ``divergence`` also recomputes under
     ``tie_tolerance`` None. ``turn``: the turn of a suite of several turns that ``encoded`` holds,
-    recorded with each near tie and named in the error."""
+    recorded with each near tie and named in the error. ``memo``: ``divergence``'s, shared by the
+    checks of every run against one plain decode."""
     near_ties, mismatches = [], []
     for task, ids, tm in zip(tasks, encoded, timings):
         if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
             continue
         d = divergence(verifier, ids, tm.plain.new_token_ids, tm.speculative.new_token_ids,
-                       verify_rows if tie_tolerance is None else 0)
+                       verify_rows if tie_tolerance is None else 0, memo)
         if lossless_verdict(d, tie_tolerance) == "near-tie":
             near_ties.append({"task_id": task["task_id"], **({"turn": turn} if turn else {}),
                               "between": "speculative/plain", **d})
@@ -497,18 +515,22 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
                                                first_index=k * len(tasks))))
     protocol = benchmark_protocol(config, len(tasks), n_turns)
     floors = step_floors(loaded, encoded, turns[0][1])
-    results = {}
+    results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
     for run in (PLAIN, *checkpoint_dirs):
         per_turn = [(enc, [d.timing(run) for d in ds]) for enc, ds in turns]
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
         near_ties = [d for k, (enc, timings) in enumerate(per_turn) if config.greedy
                      for d in lossless_check(loaded.verifier, tasks, enc, timings, tol, 1 + drafts_per_step,
-                                             k + 1 if n_turns > 1 else None)]
+                                             k + 1 if n_turns > 1 else None, memo)]
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
                         | {"floor": floors.get(run)},
                         "prompts": prompt_records(tasks, encoded, timings, per_turn if n_turns > 1 else None)}
+    if memo:
+        logger.info("lossless check: %d partings from plain greedy, their forwards computed for %d",
+                    sum(len(r["summary"].get("near_tie_divergences", [])) for r in results.values()), len(memo))
+    memo.clear()
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result, seal=True)  # the card refuses an altered results file
         s = result["summary"]

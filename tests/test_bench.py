@@ -291,3 +291,26 @@ def test_divergence_measures_no_row_count_noise_in_float64(verifier):
     d = divergence(verifier, prompt, ref, ref[:5] + [runner_up] + ref[6:])
     assert d["noise"] < 1e-9 and d["margins"][0] == pytest.approx(d["margins"][1], abs=1e-9) and d["margins"][0] > 0
     assert lossless_verdict(d, None) == "mismatch"
+
+
+def test_divergence_memo_computes_a_shared_parting_once(verifier):
+    """Two drafters parting from one plain decode at one position: with a shared memo the second
+    check runs no forward and reads the same margins as a check without it."""
+    prompt = [3, 14, 15, 9, 2, 6]
+    ref = decode(verifier, prompt, 10).new_token_ids
+    with torch.no_grad():
+        ranked = verifier(input_ids=torch.tensor([prompt + ref[:5]])).logits[0, -1].topk(3).indices
+    others = [ref[:5] + [int(tok)] + ref[6:] for tok in ranked[1:]]
+    calls = []
+    hook = verifier.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        memo = {}
+        first = divergence(verifier, prompt, ref, others[0], verify_rows=4, memo=memo)
+        forwards = len(calls)
+        second = divergence(verifier, prompt, ref, others[1], verify_rows=4, memo=memo)
+        assert forwards > 0 and len(calls) == forwards and len(memo) == 1
+    finally:
+        hook.remove()
+    assert first == divergence(verifier, prompt, ref, others[0], verify_rows=4)
+    assert second == divergence(verifier, prompt, ref, others[1], verify_rows=4)
+    assert second["tokens"] == [ref[5], others[1][5]] and second["margins"] != first["margins"]
