@@ -15,6 +15,7 @@ from conftest import MICRO, ROOT, copy_repo, copy_run, run_snakemake
 pytestmark = pytest.mark.slurm
 
 SCRIPT = ROOT / "tests" / "slurm" / "single_node.sh"
+ETC_CONF = Path("/etc/slurm/slurm.conf")  # the link `start` makes (single_node.sh says why)
 # the workflow profile that fits the profile to a one-node CPU cluster (it replaces set-resources)
 CPU_OVERLAY = ROOT / "tests" / "slurm" / "cpu"
 PROFILE = ("--profile", "workflow/profiles/slurm", "--workflow-profile", str(CPU_OVERLAY))
@@ -25,11 +26,50 @@ SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+)")
 def cluster(tmp_path_factory):
     """A one-node cluster for this module; stops exactly the daemons it started."""
     where = tmp_path_factory.mktemp("slurm")
-    subprocess.run([str(SCRIPT), "start", str(where)], check=True, timeout=120)
-    try:
+    try:  # a start that fails halfway stops what it started too
+        subprocess.run([str(SCRIPT), "start", str(where)], check=True, timeout=120)
         yield where
     finally:
         subprocess.run([str(SCRIPT), "stop", str(where)], check=False, timeout=120)
+
+
+def script(command, where):
+    return subprocess.run([str(SCRIPT), command, str(where)], capture_output=True, text=True, timeout=120)
+
+
+def test_a_link_left_by_a_killed_cluster_is_replaced(tmp_path):
+    """A run killed before its `stop` leaves /etc/slurm/slurm.conf pointing at a cluster whose
+    daemons are gone: the next `start` replaces the link instead of refusing. (Runs before the
+    module's cluster starts: a test module runs in file order.)"""
+    assert ETC_CONF.is_symlink() or not ETC_CONF.exists(), f"{ETC_CONF} is not this script's"
+    dead = tmp_path / "killed"
+    dead.mkdir()
+    (dead / "slurm.conf").write_text("ClusterName=single-node\n")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    for name in ("munged", "slurmctld", "slurmd"):
+        (dead / f"{name}.pid").write_text(f"{gone.pid}\n")
+    ETC_CONF.parent.mkdir(parents=True, exist_ok=True)
+    ETC_CONF.unlink(missing_ok=True)  # a link an earlier killed run left is as good a case
+    ETC_CONF.symlink_to(dead / "slurm.conf")
+    try:
+        started = script("start", tmp_path / "next")
+        assert started.returncode == 0, started.stderr
+        assert "was left by a cluster whose daemons are gone" in started.stderr
+        assert ETC_CONF.readlink() == tmp_path / "next" / "slurm.conf"
+    finally:
+        script("stop", tmp_path / "next")
+        if ETC_CONF.is_symlink() and ETC_CONF.readlink() == dead / "slurm.conf":
+            ETC_CONF.unlink()
+    assert not ETC_CONF.is_symlink()
+
+
+def test_a_second_cluster_is_refused_before_it_starts_a_daemon(cluster, tmp_path):
+    refused = script("start", tmp_path)
+    assert refused.returncode == 1
+    assert f"another single-node cluster runs from {cluster}" in refused.stderr
+    assert not list(tmp_path.glob("*.pid"))  # not even munged
+    assert ETC_CONF.readlink() == cluster / "slurm.conf"
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@
 # - everything lives in DIR (munge's key and socket, Slurm's state, spool, logs and pid files)
 #   except one link: /etc/slurm/slurm.conf -> DIR/slurm.conf. SLURM_CONF is not enough, since
 #   the executor plugin's job step drops every SLURM_* variable before its srun, which then
-#   looks for the default path. `start` refuses to replace a slurm.conf it did not write, and
-#   `stop` removes the link;
+#   looks for the default path. `start` refuses to replace a slurm.conf it did not write or a link
+#   to a cluster whose daemons still run, replaces a link whose cluster's daemons are gone (a run
+#   killed before its `stop`), and `stop` removes the link;
 # - proctrack/linuxproc and task/none track jobs without cgroups;
 # - no slurmdbd, so `sacct` answers nothing: the executor plugin must query with
 #   `--slurm-status-command squeue`, which sees a finished job for MinJobAge seconds (set high);
@@ -24,6 +25,50 @@ cmd=$1
 ETC_CONF=/etc/slurm/slurm.conf
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
 
+# the names and pids of DIR's daemons that still run (their pid files lie in DIR)
+running_daemons() {
+    local name pid
+    for name in slurmd slurmctld munged; do
+        [ -f "$1/$name.pid" ] || continue
+        pid=$(cat "$1/$name.pid")
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] && echo -n "$name $pid; "
+    done
+    return 0
+}
+
+# /etc/slurm/slurm.conf is free for DIR: absent, already DIR's, or a link left by a cluster of this
+# script whose daemons are gone (a run killed before its `stop`), which is removed. A link to a
+# cluster that still runs, or a file this script did not write, is left alone and `start` refuses,
+# before it starts any daemon.
+claim_conf_link() {
+    [ -e "$ETC_CONF" ] || [ -L "$ETC_CONF" ] || return 0
+    local target other running
+    target=$(readlink "$ETC_CONF" || true)
+    [ "$target" = "$dir/slurm.conf" ] && return 0
+    if [ -z "$target" ] || { [ -e "$target" ] && ! grep -qx 'ClusterName=single-node' "$target"; }; then
+        echo "$ETC_CONF exists and is not this script's: not replacing it" >&2
+        exit 1
+    fi
+    other=$(dirname "$target")
+    running=$(running_daemons "$other")
+    if [ -n "$running" ]; then
+        echo "another single-node cluster runs from $other (${running%; }): $0 stop $other" >&2
+        exit 1
+    fi
+    echo "$ETC_CONF -> $target was left by a cluster whose daemons are gone: replacing it" >&2
+    rm -f "$ETC_CONF"
+}
+
+# the last lines of each daemon's log, for a cluster that did not come up
+show_logs() {
+    local log
+    for log in munged slurmctld slurmd; do
+        [ -f "$dir/$log.log" ] || continue
+        echo "--- $dir/$log.log (last 20 lines)" >&2
+        tail -n 20 "$dir/$log.log" >&2
+    done
+}
+
 start() {
     for exe in munged slurmctld slurmd sinfo; do
         command -v "$exe" >/dev/null || {
@@ -35,6 +80,7 @@ start() {
     local host cpus mem_mb
     host=$(hostname -s)
     getent hosts "$host" >/dev/null || { echo "hostname $host does not resolve: add it to /etc/hosts" >&2; exit 1; }
+    claim_conf_link
     cpus=$(nproc)
     # the node offers a bit less than the machine's memory, leaving room for the daemons and the login
     mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 9 / 10 ))
@@ -72,17 +118,12 @@ DefMemPerCPU=$(( mem_mb / cpus ))
 NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=main Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
-    if [ -e "$ETC_CONF" ] || [ -L "$ETC_CONF" ]; then
-        if [ "$(readlink "$ETC_CONF" || true)" != "$dir/slurm.conf" ]; then
-            echo "$ETC_CONF exists and is not this cluster's: not replacing it" >&2
-            exit 1
-        fi
-    else
+    if [ ! -e "$ETC_CONF" ] && [ ! -L "$ETC_CONF" ]; then
         mkdir -p "$(dirname "$ETC_CONF")"
         ln -s "$dir/slurm.conf" "$ETC_CONF"
     fi
-    slurmctld -f "$dir/slurm.conf"
-    slurmd -f "$dir/slurm.conf"
+    slurmctld -f "$dir/slurm.conf" || { echo "slurmctld did not start" >&2; show_logs; exit 1; }
+    slurmd -f "$dir/slurm.conf" || { echo "slurmd did not start" >&2; show_logs; exit 1; }
     # the node reports idle within a few seconds
     for _ in $(seq 60); do
         if sinfo -h -o %T 2>/dev/null | grep -qx idle; then
@@ -93,6 +134,7 @@ CONF
     done
     echo "the node did not come up within 30 s; logs in $dir" >&2
     sinfo >&2 || true
+    show_logs
     exit 1
 }
 
