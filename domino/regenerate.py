@@ -20,7 +20,7 @@ first user turn, token for token.
   attention mask with positions counted from each row's first real token, so padding changes
   no position and no attended key (in float32 the batched answers equal one-at-a-time greedy
   decoding, ``tests/test_regenerate.py``). Within a shard the prompts are sorted by length so a
-  batch pads little.
+  batch pads little; a row that has stopped leaves the batch and its cache.
 * **Greedy**, or sampled at ``data.temperature`` with nucleus ``data.top_p``: each batch draws from
   a generator seeded by ``(seed, shard, batch)``, so the answers depend on the seed and the
   thread count only, and a resumed run draws what an uninterrupted one draws.
@@ -49,6 +49,9 @@ from . import io
 logger = logging.getLogger(__name__)
 
 PARTS_SUFFIX = ".parts"  # <out>.parts/: finished shards, kept across interruptions
+# how generate_batch answers a batch, part of a shard's key: in bf16 a row's answer depends on the
+# rows beside it, so a shard answered another way is answered again
+BATCHING = "left-padded, stopped rows leave the batch"
 # what answers one batch: (its prompts, its seed) -> each prompt's (answer ids, cut)
 Answer = Callable[[list[list[int]], int], list[tuple[list[int], bool]]]
 
@@ -87,7 +90,10 @@ def generate_batch(verifier, prompts: list[list[int]], max_new_tokens: int, stop
     or ``max_new_tokens`` (``cut``: the budget ended the answer, not the verifier).
 
     Left padding under an attention mask, positions counted from each row's first real token;
-    the KV cache holds the batch, and a row that has stopped is fed ``pad_id`` and ignored."""
+    the KV cache holds the batch. A row that has stopped leaves it, from the cache too: a batch
+    whose rows stop at different lengths then costs each step only what its live rows cost (a
+    bf16 forward's cost grows with its rows), where keeping them to the longest answer's end
+    would cost a full batch at every step."""
     from transformers import DynamicCache
 
     from .decode import cache_kwarg
@@ -104,21 +110,24 @@ def generate_batch(verifier, prompts: list[list[int]], max_new_tokens: int, stop
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=dev)
     cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
     out = [[] for _ in range(n)]
-    done = torch.zeros(n, dtype=torch.bool, device=dev)
+    live = torch.arange(n, device=dev)  # (m,): the prompts still answering, in batch order
     step_ids = ids
     for _ in range(max_new_tokens):
         logits = verifier(input_ids=step_ids, attention_mask=mask, position_ids=positions, **{ck: cache},
-                          use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
-        nxt = _choose(logits, temperature, top_p, generator)  # (n,)
-        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        for i in (~done).nonzero().flatten().tolist():
-            out[i].append(int(nxt[i]))
-        done |= torch.isin(nxt, stops)
-        if bool(done.all()):
+                          use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (m, V)
+        nxt = _choose(logits, temperature, top_p, generator)  # (m,)
+        for i, t in zip(live.tolist(), nxt.tolist()):
+            out[i].append(t)
+        going = ~torch.isin(nxt, stops)  # (m,)
+        if not bool(going.any()):
             break
+        if not bool(going.all()):  # the stopped rows leave the batch and the cache
+            keep = going.nonzero().flatten()
+            cache.batch_select_indices(keep)
+            live, nxt, mask, positions = live[keep], nxt[keep], mask[keep], positions[keep]
         step_ids = nxt[:, None]
         positions = positions[:, -1:] + 1
-        mask = torch.cat([mask, mask.new_ones((n, 1))], dim=1)
+        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
     return [(o, not (o and o[-1] in set(stop_ids))) for o in out]
 
 
@@ -142,7 +151,7 @@ def regenerated_row(row_id, prompt: list[int], answer: list[int], cut: bool, seq
 
 def _shard_key(cfg: RegenerateConfig, verifier_key: str, prompts: list[list[int]], shard: int) -> str:
     h = hashlib.sha256(json.dumps({"config": asdict(cfg), "verifier": verifier_key, "shard": shard,
-                                   "prompts": prompts}, sort_keys=True).encode())
+                                   "batching": BATCHING, "prompts": prompts}, sort_keys=True).encode())
     return h.hexdigest()
 
 

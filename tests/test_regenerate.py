@@ -43,6 +43,20 @@ def test_batched_answers_equal_one_at_a_time_greedy(model, stops, one_thread):
     assert [cut for _, cut in answers] == [not e for e in ended]
 
 
+def test_a_stopped_row_leaves_the_batch(model, stops, one_thread):
+    """Each forward holds only the rows still answering: as many as the answers not yet ended."""
+    prompts = _prompts()
+    rows = []
+    hook = model.register_forward_pre_hook(lambda _, args, kw: rows.append(kw["input_ids"].shape[0]),
+                                           with_kwargs=True)
+    try:
+        answers = [a for a, _ in rg.generate_batch(model, prompts, 24, stops, 0)]
+    finally:
+        hook.remove()
+    assert rows == [sum(len(a) > k for a in answers) for k in range(len(rows))]
+    assert rows[0] == len(prompts) and rows[-1] < len(prompts)
+
+
 def test_an_answer_that_reaches_the_budget_is_marked_cut(model):
     (answer, cut), = rg.generate_batch(model, [[5, 6, 7]], 4, [], 0)
     assert len(answer) == 4 and cut
