@@ -353,7 +353,8 @@ def test_an_overlay_that_only_adds_jobs_changes_no_result():
     from domino.config import changes_to_results
 
     base = load_config_files("config.yaml")
-    for overlay in ("config/sampling.yaml", "config/replicates.yaml", "config/ablations.yaml"):
+    for overlay in ("config/sampling.yaml", "config/replicates.yaml", "config/ablations.yaml",
+                    "config/regenerated-rows.yaml"):
         more = load_config_files("config.yaml", overlay)
         assert more != base and changes_to_results(base, more) == [], overlay
         assert changes_to_results(more, base) != [], overlay  # leaving it out is no addition

@@ -234,6 +234,9 @@ def _readme_overlay_line(overlay):
     # the 10 variants; domino-regenerated's answers, draft vocabulary and features
     ("config/ablations.yaml", {"train": 10, "validate": 10, "benchmark": 1, "report": 1, "regenerate": 2,
                                "draft_vocab_responses": 1, "extract_hidden_states_responses": 2}),
+    # the card's three rows on the verifier's answers: one regenerate, vocabulary and extraction per split
+    ("config/regenerated-rows.yaml", {"train": 3, "validate": 3, "benchmark": 1, "report": 1, "regenerate": 2,
+                                      "draft_vocab_responses": 1, "extract_hidden_states_responses": 2}),
     ("config/replicates.yaml", {"train": 6, "benchmark": 1, "report": 1}),  # two more seeds per checkpoint
     ("config/mt-bench.yaml", {"benchmark": 1, "report": 1}),  # MT-Bench's job; HumanEval's stays
 ])
