@@ -293,3 +293,33 @@ def test_a_variant_on_other_answers_is_named_with_its_steps(tmp_path, results):
     steps = json.loads((results / "train" / "domino" / "summary.json").read_text())["steps"]
     assert "| domino-regenerated | data.responses verifier |" in appendix
     assert f"for another number of steps: domino-regenerated 1,234 against Domino's {steps:,}." in appendix
+
+
+def test_the_card_sets_each_row_beside_its_twin_on_other_answers(tmp_path, results):
+    """config/regenerated-rows.yaml: each card row trained once more on the verifier's answers is
+    found as that row's twin (a variant that changes anything else is not), and the appendix's
+    Training answers section gives each pair's paired differences, the step counts and Domino vs
+    DFlash noshift on both answers."""
+    cfg = load("config.yaml", "config/regenerated-rows.yaml")
+    assert report.answer_twins(trained(ablation_config())) == {}
+    for row in ("dflash-shift", "dflash-noshift", "domino"):
+        for rel in ("validate/{}.json", "train/{}", "benchmark/humaneval/{}.json"):
+            src, dst = results / rel.format(row), results / rel.format(f"{row}-regenerated")
+            shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
+    record_training(results, cfg)
+    twins = report.answer_twins(trained(cfg))
+    assert twins == {f"{row}-regenerated": {"row": row, "row_answers": "corpus", "answers": "verifier"}
+                     for row in ("dflash-shift", "dflash-noshift", "domino")}
+    report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    appendix = (tmp_path / "reports" / "model_card_appendix.md").read_text()
+    section = appendix.split("## Training answers: the corpus' or the verifier's")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| D")]
+    assert [r.split(" | ")[0] for r in rows] == ["| DFlash shift (dflash-shift-regenerated)",
+                                                 "| DFlash noshift (dflash-noshift-regenerated)",
+                                                 "| Domino (domino-regenerated)"]
+    # the twins decoded what their rows decoded here: no difference, with an interval around it
+    assert all(" | +0.0% [+0.0%, +0.0%] | " in r for r in rows), rows
+    steps = json.loads((results / "train" / "domino" / "summary.json").read_text())["steps"]
+    assert rows[-1].endswith(f"| {steps:,} / {steps:,} |")
+    joined = " ".join(section.split())
+    assert "in speed on `corpus` answers;" in joined and "on `verifier` answers." in joined

@@ -185,6 +185,33 @@ def _trainer_rows(ctx: dict, trainer: dict) -> list[dict]:
              "vs_domino": rows[name]["vs_domino"]} for name, settings in trainer.items() if name in rows]
 
 
+def _answers_section(res: dict, by_name: dict, twins: dict) -> list[dict] | None:
+    """The card's rows against their twins on other answers (``report.answer_twins``), one table
+    per direction ("corpus" -> "verifier"): each twin's acceptance length and speed against its
+    row's, paired over the prompts, and their training steps; with the Domino and DFlash noshift
+    twins both present, Domino against DFlash noshift on the twins' answers beside the rows'.
+    None without a twin."""
+    if not twins:
+        return None
+    groups = {}
+    for name, t in twins.items():
+        row = t["row"]
+        groups.setdefault((t["row_answers"], t["answers"]), []).append({
+            "label": by_name[row]["label"], "twin": by_name[name]["label"], "row_al": by_name[row]["al_est"],
+            "twin_al": by_name[name]["al_est"], "vs": compare(res["benchmark"][name], res["benchmark"][row]),
+            "row_steps": by_name[row]["steps"], "twin_steps": by_name[name]["steps"], "row": row, "name": name})
+    out = []
+    for (a, b), rows in groups.items():
+        rows.sort(key=lambda r: CHECKPOINTS.index(r["row"]))
+        twin_of = {r["row"]: r["name"] for r in rows}
+        pair = None
+        if "domino" in twin_of and COMPARE_TO in twin_of:
+            pair = {"rows": by_name["domino"]["vs_ref"],
+                    "twins": compare(res["benchmark"][twin_of["domino"]], res["benchmark"][twin_of[COMPARE_TO]])}
+        out.append({"row_answers": a, "answers": b, "rows": rows, "domino_vs_noshift": pair})
+    return out
+
+
 def _suite_name(runs: dict) -> str:
     """A suite's name on the card, as its results record it (``protocol.dataset``)."""
     return runs["baseline"]["protocol"]["dataset"]
@@ -396,7 +423,8 @@ def _reproduction_rows(ctx: dict) -> dict:
 # ---------------------------------------------------------------- entry point
 
 def render_card(res: dict, out: CardPaths | str | Path, card_info: dict, provenance: dict,
-                changes: dict | None = None, trainer: dict | None = None) -> list[Path]:
+                changes: dict | None = None, trainer: dict | None = None,
+                answers: dict | None = None) -> list[Path]:
     """Write the card, its appendix, the reproduction report, the PNG plots and an HTML page of
     each Markdown file; return their paths. ``res``: the run's results (``results.load_results``),
     whose checkpoints beyond the card's three rows go into the Ablations table, each described by
@@ -404,11 +432,14 @@ def render_card(res: dict, out: CardPaths | str | Path, card_info: dict, provena
     speculative-sampling table, seed replicates the Seed replicates section. ``out`` is a
     ``CardPaths`` or a folder (``model_card.md`` and ``reproduction.md`` in it). ``trainer``: the
     variants that take the card's trainer's conventions (``report.trainer_variants``), which the
-    reproduction report sets beside Domino.
+    reproduction report sets beside Domino. ``answers``: the variants that are a card row trained on
+    other answers (``report.answer_twins``), which the Training answers section sets beside their rows.
     The front matter is validated (``check_front_matter``) before anything is written."""
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
     ctx = _context(res, card_info, provenance, changes)
     ctx["trainer_rows"] = _trainer_rows(ctx, trainer or {})
+    by_name = {r["name"]: r for r in ctx["all_rows"]}
+    ctx["answers"] = _answers_section(res, by_name, answers or {})
     ctx.update(card=Path(out.card).name, appendix=out.appendix.name, reproduction=Path(out.reproduction).name)
     env = environment(TEMPLATES)
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)

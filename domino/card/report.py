@@ -264,6 +264,24 @@ def overrides(cfg: dict, trained: dict, name: str) -> str:
     return ", ".join(out) or "none"
 
 
+def answer_twins(trained: dict) -> dict[str, dict]:
+    """The variants that differ from one of the card's rows only in ``data.responses``: the same
+    row trained on other answers to the same conversations, each with that row and what each
+    trained on, e.g. {"domino-regenerated": {"row": "domino", "row_answers": "corpus",
+    "answers": "verifier"}}."""
+    out = {}
+    for name, mine in trained.items():
+        if name in published.CHECKPOINTS:
+            continue
+        for row in published.CHECKPOINTS:
+            ref = trained.get(row)
+            if ref is not None and all(mine["checkpoint"][k] == ref["checkpoint"][k] for k in KIND_KEYS) \
+                    and _differing(mine, ref) == ["data.responses"]:
+                out[name] = {"row": row, "row_answers": ref["data"]["responses"],
+                             "answers": mine["data"]["responses"]}
+    return out
+
+
 def trainer_variants(trained: dict, reference: str = "domino") -> dict[str, str]:
     """The variants that differ from ``reference`` only in conventions of the card's trainer,
     each set to its choice (``published.TRAINER_CONVENTIONS``), with those settings in words, e.g.
@@ -387,7 +405,7 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
     trained = {c: trained_config(cfg, res, c) for c in ckpts}
     changes = {c: variant_changes(trained, c) for c in ckpts if c != "domino"}
     paths = render_card(res, out, card_info(cfg, res, trained), provenance(cfg, bench_dir, res["data"], repo),
-                        changes=changes, trainer=trainer_variants(trained))
+                        changes=changes, trainer=trainer_variants(trained), answers=answer_twins(trained))
     for p in paths:
         logger.info("wrote %s", p)
     return paths
