@@ -238,6 +238,11 @@ def _differing(mine: dict, theirs: dict) -> list[str]:
             if mine[section].get(k) != theirs[section].get(k)]
 
 
+def _same_kind(mine: dict, theirs: dict) -> bool:
+    """Two trained configs of the same card row kind: projector, shift_label and weighting equal."""
+    return all(mine["checkpoint"][k] == theirs["checkpoint"][k] for k in KIND_KEYS)
+
+
 def _value(cfg: dict, dotted: str):
     section, key = dotted.split(".", 1)
     return cfg[section].get(key)
@@ -275,8 +280,7 @@ def answer_twins(trained: dict) -> dict[str, dict]:
             continue
         for row in published.CHECKPOINTS:
             ref = trained.get(row)
-            if ref is not None and all(mine["checkpoint"][k] == ref["checkpoint"][k] for k in KIND_KEYS) \
-                    and _differing(mine, ref) == ["data.responses"]:
+            if ref is not None and _same_kind(mine, ref) and _differing(mine, ref) == ["data.responses"]:
                 out[name] = {"row": row, "row_answers": ref["data"]["responses"],
                              "answers": mine["data"]["responses"]}
     return out
@@ -288,7 +292,7 @@ def trainer_variants(trained: dict, reference: str = "domino") -> dict[str, str]
     {"domino-bf16-weights": "train.rotary_dtype weights, train.weights_dtype bfloat16"}."""
     out = {}
     for name, mine in trained.items():
-        if name == reference or any(mine["checkpoint"][k] != trained[reference]["checkpoint"][k] for k in KIND_KEYS):
+        if name == reference or not _same_kind(mine, trained[reference]):
             continue
         keys = _differing(mine, trained[reference])
         if keys and all(k in published.TRAINER_CONVENTIONS and _value(mine, k) == published.TRAINER_CONVENTIONS[k][0]
