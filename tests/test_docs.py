@@ -25,10 +25,13 @@ SLURM = "workflow/profiles/slurm"
 
 
 def _code_lines(text: str) -> list[str]:
-    """Command lines of fenced bash/sh blocks and of inline `...` spans, continuations joined."""
+    """Command lines of fenced bash/sh blocks and of inline `...` spans, continuations joined.
+    Every fenced block is read, whatever its language, so that one in another language (yaml)
+    cannot pair its closing fence with the next block's opening one."""
     lines = []
-    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
-        lines += block.replace("\\\n", " ").splitlines()
+    for lang, block in re.findall(r"```([\w-]*)\n(.*?)```", text, re.S):
+        if lang in ("", "bash", "sh", "console"):
+            lines += block.replace("\\\n", " ").splitlines()
     lines += re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
     return lines
 
@@ -55,6 +58,11 @@ def test_the_docs_show_commands():
     assert "snakemake --cores 1 reports/model_card.md" in cmds
     assert any("--configfile config/card.yaml" in c for c in cmds)
     assert any(c.startswith("python -m domino ") for c in cmds)
+
+
+def test_a_block_in_another_language_hides_no_command():
+    text = "```yaml\na: 1\n```\n\nprose\n\n```bash\nsnakemake --cores 1 all\n```\n"
+    assert _code_lines(text) == ["snakemake --cores 1 all"]
 
 
 def _stand_ins(repo: Path) -> None:
