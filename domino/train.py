@@ -312,6 +312,16 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     return _finish(run, out)
 
 
+def train_steps(drafter, feats: dict, cfg: TrainConfig, steps: int, device="cpu", autocast_dtype=None) -> dict:
+    """The first ``steps`` optimizer steps of ``train``'s loop on ``drafter``, in place, writing
+    nothing: no state file, no checkpoint (at the card's shapes a state file is 1.5 GB).
+    What ``domino.tools.bench_memory`` measures; ``train`` is what a run uses."""
+    run = _start_run(drafter, feats, cfg, None, device, autocast_dtype)  # no state path: nothing is saved
+    while run.step < min(steps, run.total):
+        _train_step(run)
+    return {"steps": run.step, "seconds": run.seconds}
+
+
 WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

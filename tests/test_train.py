@@ -227,6 +227,23 @@ def test_muon_run_resumes_bitwise(tmp_path):
     assert not torch.equal(ref.fc.weight, Drafter.load(init).fc.weight)  # it did train
 
 
+def test_train_steps_is_trains_loop_writing_nothing(tmp_path, monkeypatch):
+    """train_steps (what bench_memory runs) takes the steps train takes, to the bit, and writes
+    no file: a card-sized state file is 1.5 GB."""
+    init = tmp_path / "init"
+    tiny_drafter(tiny_verifier(), projector="domino").float().save(init)
+    feats = _features()
+    ref = Drafter.load(init)
+    train(ref, feats, CFG, tmp_path / "ref", max_steps=2)
+    monkeypatch.chdir(tmp_path / "ref")  # the one folder it could write into unnoticed
+    before = sorted(tmp_path.rglob("*"))
+    steps = Drafter.load(init)
+    assert T.train_steps(steps, feats, CFG, 2)["steps"] == 2
+    assert sorted(tmp_path.rglob("*")) == before
+    for k, v in ref.state_dict().items():
+        assert torch.equal(steps.state_dict()[k], v), k
+
+
 # -----------------------------------------------------------------------------
 # noise
 

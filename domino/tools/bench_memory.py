@@ -3,8 +3,8 @@
 Builds the card's drafter (``domino.tools.CARD_DRAFTER`` over Qwen3-0.6B's shape: hidden 1024,
 16 heads of 128, vocabulary 151,936; 3 draft layers, block 8, aux layers [1, 13, 25], draft
 vocabulary 32,000, Domino head GRU 1024 / bottleneck 256) with random weights, and runs a few optimizer steps through
-``domino.train.train`` (the train stage's own code) on random features of one packed row
-(``--pack-len`` tokens, ``--anchors`` anchors). Prints the trainable parameter count, the peak
+``domino.train.train_steps`` (the train stage's own step; no state or checkpoint is written) on random features
+of one packed row (``--pack-len`` tokens, ``--anchors`` anchors). Prints the trainable parameter count, the peak
 memory and the mean step time.
 
 Goal (the card trained on an 8 GB RTX 4060): peak GPU memory of the training step under 8 GiB
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import resource
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ import torch
 
 from ..common import DTYPES
 from ..model import Drafter
-from ..train import TrainConfig, train
+from ..train import TrainConfig, train_steps
 from ..vocab import mappings
 from . import card_drafter_config, tool_parser
 
@@ -81,10 +80,9 @@ def measure(device: str, attn: str, projector: str, autocast: str | None, pack_l
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        s = train(drafter, feats, tc, tmp, device, dtype, max_steps=steps)
-        seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    s = train_steps(drafter, feats, tc, steps, device, dtype)
+    seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     trainable = [p for p in drafter.parameters() if p.requires_grad]
     return StepMemory(device=device, attn=attn, projector=projector, autocast=autocast, pack_len=pack_len,
