@@ -8,9 +8,12 @@ what a single process would.
 
 Anchors (PR 685 style): up to ``anchors_per_row`` distinct positions per packed row, drawn
 without replacement among the valid ones: at least one context token of the same document
-before the anchor, the whole block and its shifted target (``a .. a+B``) inside the same
-document, and an assistant token where ``train.loss_mask_at`` looks (``LOSS_MASK_AT``). The
-same rule serves all three checkpoints so that their budgets are identical.
+before the anchor, the first drafted position ``a+1`` inside the same document, and an
+assistant token where ``train.loss_mask_at`` looks (``LOSS_MASK_AT``). The block may run past
+the document's end: the slots whose predicted position falls past it are masked
+(``slot_targets``), as PR 685 masks those past the row's end. So an answer's last B-1 tokens,
+its stop token among them, are targets of the early slots too. The same rule serves all three
+checkpoints so that their budgets are identical.
 """
 
 from __future__ import annotations
@@ -120,23 +123,23 @@ def valid_anchor_mask(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size
                       loss_mask_at: str = "target") -> torch.Tensor:
     """(R, T) bool: positions ``a`` that can serve as anchors.
 
-    ``a`` is valid when ``1 <= a <= T-B-1`` (a context token before it; ``a+B``, the last
-    shifted target, inside the row), ``a-1`` and ``a+B`` lie in ``a``'s document (so the
-    whole span ``a-1 .. a+B`` does: documents are contiguous), ``a`` is not padding (doc id -1)
-    and the position ``loss_mask_at`` names is a loss-mask (assistant) token: ``a+1`` for
-    ``target`` (the first token the block drafts), ``a`` itself for ``input`` (PR 685)."""
+    ``a`` is valid when ``1 <= a <= T-2`` (a context token before it, the first drafted
+    position ``a+1`` inside the row), ``a-1`` and ``a+1`` lie in ``a``'s document, ``a`` is not
+    padding (doc id -1) and the position ``loss_mask_at`` names is a loss-mask (assistant)
+    token: ``a+1`` for ``target`` (the first token the block drafts), ``a`` itself for ``input``
+    (PR 685). The rest of the block, ``a+2 .. a+B``, may leave the document or the row:
+    ``slot_targets`` masks those slots, so ``block_size`` does not narrow the anchors."""
     R, T = doc_ids.shape
-    B = block_size
     off = loss_mask_offset(loss_mask_at, True)  # a+1 for target (slot 0's shifted target), a for input
     ok = torch.zeros(R, T, dtype=torch.bool)
-    if T <= B + 1:
+    if T < 3:
         return ok
-    a = slice(1, T - B)
-    ok[:, a] = (
-        (doc_ids[:, 1:T - B] >= 0)
-        & (doc_ids[:, 0:T - B - 1] == doc_ids[:, 1:T - B])
-        & (doc_ids[:, 1 + B:T] == doc_ids[:, 1:T - B])
-        & loss_mask[:, 1 + off:T - B + off]
+    here = doc_ids[:, 1:T - 1]  # the documents of a = 1 .. T-2
+    ok[:, 1:T - 1] = (
+        (here >= 0)
+        & (doc_ids[:, 0:T - 2] == here)
+        & (doc_ids[:, 2:T] == here)
+        & loss_mask[:, 1 + off:T - 1 + off]
     )
     return ok
 
@@ -163,15 +166,21 @@ def slot_targets(batch: dict, anchors: torch.Tensor, ok: torch.Tensor, block_siz
                  loss_mask_at: str = "target"):
     """Targets (R, N, B) draft ids and their mask: slot k predicts position t = a + k + shift,
     whose target is the verifier's greedy draft-vocab token stored at t - 1. The mask is the
-    anchor's validity and the loss mask (an assistant token) at t for ``loss_mask_at``
-    ``target``, at the slot's input position a + k for ``input`` (``LOSS_MASK_AT``)."""
+    anchor's validity, t inside the row and inside the anchor's document (``batch["doc_ids"]``;
+    a batch without them is one document per row), and the loss mask (an assistant token) at t
+    for ``loss_mask_at`` ``target``, at the slot's input position a + k for ``input``
+    (``LOSS_MASK_AT``)."""
     T = batch["target"].shape[1]
     k = torch.arange(block_size)
-    t = _predicted_positions(anchors, block_size, shift_label, T)  # (R, N, B)
+    t = _predicted_positions(anchors, block_size, shift_label, T)  # (R, N, B), clamped to the row
     tgt = batch["target"].gather(1, (t - 1).flatten(1)).view(t.shape)
     m = (anchors[..., None] + k + loss_mask_offset(loss_mask_at, shift_label)).clamp(max=T - 1)
     mask = batch["loss_mask"].gather(1, m.flatten(1)).view(m.shape) & ok[..., None]
-    return tgt, mask
+    inside = anchors[..., None] + k + int(shift_label) <= T - 1  # the predicted position is in the row
+    if "doc_ids" in batch:  # ... and in the anchor's document
+        doc = batch["doc_ids"]
+        inside &= doc.gather(1, t.flatten(1)).view(t.shape) == doc.gather(1, anchors)[..., None]
+    return tgt, mask & inside
 
 
 def slot_last_states(batch: dict, anchors: torch.Tensor, block_size: int, shift_label: bool) -> torch.Tensor:

@@ -48,14 +48,38 @@ def test_valid_anchors_at_document_boundaries_and_the_row_end():
     doc_ids = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, -1, -1]])
     loss_mask = torch.ones_like(doc_ids, dtype=torch.bool)
     valid = valid_anchor_mask(doc_ids, loss_mask, 2)[0]
-    # 0: no context; 3, 4: a+2 leaves doc 0; 5: no context in doc 1; 9, 10: a+2 is padding
-    assert valid.nonzero().flatten().tolist() == [1, 2, 6, 7, 8]
+    # 0: no context; 4: a+1 leaves doc 0; 5: no context in doc 1; 10: a+1 is padding
+    assert valid.nonzero().flatten().tolist() == [1, 2, 3, 6, 7, 8, 9]
     loss_mask[0, 3] = False  # a+1 must be an assistant token
-    assert valid_anchor_mask(doc_ids, loss_mask, 2)[0].nonzero().flatten().tolist() == [1, 6, 7, 8]
-    # one document filling the row: the last anchor leaves a+B = T-1 inside the row
+    assert valid_anchor_mask(doc_ids, loss_mask, 2)[0].nonzero().flatten().tolist() == [1, 3, 6, 7, 8, 9]
+    # the block size does not narrow the anchors: the slots past the end are masked instead
+    assert torch.equal(valid_anchor_mask(doc_ids, loss_mask, 5), valid_anchor_mask(doc_ids, loss_mask, 2))
+    # one document filling the row: the last anchor leaves a+1 = T-1 inside the row
     full = valid_anchor_mask(torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.bool), 2)[0]
-    assert full.nonzero().flatten().tolist() == [1, 2, 3, 4, 5]
-    assert not valid_anchor_mask(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 2).any()
+    assert full.nonzero().flatten().tolist() == [1, 2, 3, 4, 5, 6]
+    assert valid_anchor_mask(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 2)[0].tolist() \
+        == [False, True, False]
+    assert not valid_anchor_mask(torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.bool), 2).any()
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_the_stop_token_is_an_early_slot_target(shift):
+    """An answer's last token (its stop token) is the target of the first drafting slot of the
+    anchor just before it: slot 0 of a shifted drafter, slot 1 of noshift; the slots past the
+    document's end are masked, whichever document or padding follows."""
+    # doc 0 at rows 0..6 (its answer 3..6, 6 = the stop token), doc 1 at 7..9, padding 10..11
+    doc_ids = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 1, 1, 1, -1, -1]])
+    loss_mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 0, 1, 1, 0, 0]], dtype=torch.bool)
+    batch = {"target": 100 + torch.arange(12)[None], "loss_mask": loss_mask, "doc_ids": doc_ids}
+    valid = valid_anchor_mask(doc_ids, loss_mask, 4)[0]
+    assert valid.nonzero().flatten().tolist() == [2, 3, 4, 5, 8]  # 7: no context in doc 1
+    anchors = torch.tensor([[5, 8]])
+    tgt, mask = slot_targets(batch, anchors, torch.ones_like(anchors, dtype=torch.bool), 4, shift)
+    first = 0 if shift else 1  # the slot that predicts a+1 (noshift's slot 0, the anchor itself, drafts nothing)
+    assert mask[0, 0, first:].tolist() == [True] + [False] * (3 - first)
+    assert int(tgt[0, 0, first]) == 105  # the verifier's token stored at 5 predicts position 6, the stop token
+    # anchor 8 of doc 1: a+1 = 9 is its last token, then padding
+    assert mask[0, 1, first:].tolist() == [True] + [False] * (3 - first)
 
 
 # Two turns of one conversation, one row of 16 positions, as the chat template lays them out:
@@ -67,7 +91,7 @@ TWO_TURN_SLOTS = {
     # target: an anchor needs a reply token at a+1; slot k counts where a+k+1 is a reply token
     "target": {3: [1, 1, 1], 4: [1, 1, 1], 5: [1, 1, 0], 6: [1, 0, 0], 10: [1, 1, 1], 11: [1, 1, 0], 12: [1, 0, 0]},
     # input (PR 685): an anchor must itself be a reply token; slot k counts where a+k is one
-    "input": {4: [1, 1, 1], 5: [1, 1, 1], 6: [1, 1, 0], 7: [1, 0, 0], 11: [1, 1, 1], 12: [1, 1, 0]},
+    "input": {4: [1, 1, 1], 5: [1, 1, 1], 6: [1, 1, 0], 7: [1, 0, 0], 11: [1, 1, 1], 12: [1, 1, 0], 13: [1, 0, 0]},
 }
 
 
@@ -77,7 +101,7 @@ def test_loss_mask_at_on_a_two_turn_conversation(at):
     valid = valid_anchor_mask(doc, TWO_TURNS, 3, at)[0]
     expected = TWO_TURN_SLOTS[at]
     assert valid.nonzero().flatten().tolist() == sorted(expected)
-    anchors = torch.arange(1, 13)[None]  # every anchor the row's length allows
+    anchors = torch.arange(1, 15)[None]  # every anchor the row's length allows
     batch = {"target": torch.zeros(1, 16, dtype=torch.long), "loss_mask": TWO_TURNS}
     _, mask = slot_targets(batch, anchors, valid[anchors], 3, True, at)
     got = {int(a): m.int().tolist() for a, m in zip(anchors[0], mask[0]) if m.any()}
@@ -100,7 +124,7 @@ def test_training_and_validation_read_loss_mask_at(at):
              "target": torch.zeros(1, 16, dtype=torch.long), "aux": torch.randn(1, 16, 3 * 64), "row_ids": [0]}
     cfg = TrainConfig.schema_defaults(anchors_per_row=32, loss_mask_at=at)
     *_, mask = T.compute_losses(drafter, batch, cfg, (0, 3, 0), torch.device("cpu"))
-    assert int(mask.sum()) == sum(map(sum, TWO_TURN_SLOTS[at].values()))  # target 15, input 14
+    assert int(mask.sum()) == sum(map(sum, TWO_TURN_SLOTS[at].values()))  # target 15, input 15
     assert int(mask.any(-1).sum()) == len(TWO_TURN_SLOTS[at])
 
 
@@ -139,12 +163,13 @@ class SlotOracle(nn.Module):
 
 
 @pytest.mark.parametrize("shift,weighting,counts,first_trained", [
-    (True, "classic", [6, 5, 5], None),  # DFlash shift: slot 0 (a+1) has weight 0
-    (False, "classic", [3, 6, 5], 1),    # DFlash noshift: slot 1 is a+1
-    (True, "shifted", [6, 5, 5], 0),     # Domino: slot 0 is a+1, weight 1
+    (True, "classic", [10, 7, 5], None),  # DFlash shift: slot 0 (a+1) has weight 0
+    (False, "classic", [7, 10, 7], 1),    # DFlash noshift: slot 1 is a+1
+    (True, "shifted", [10, 7, 5], 0),     # Domino: slot 0 is a+1, weight 1
 ])
 def test_validate_per_slot_and_overall_accuracy(shift, weighting, counts, first_trained):
-    """Valid anchors (hand-counted): doc A at 2, 3, 5, doc B at 9+1, 9+2, 9+3. Slot 0 alone is
+    """Valid anchors (hand-counted): doc A at 2, 3, 5, 6, 7, doc B at 9+1 .. 9+5, the slots past
+    a document's end masked (doc A's anchor 7: its a+2 and a+3 lie in doc B). Slot 0 alone is
     right. ``overall`` pools the drafting slots whatever their weight: DFlash shift's untrained
     slot 0 counts, the noshift anchor slot does not."""
     cfg = TrainConfig.schema_defaults(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0,
@@ -158,7 +183,7 @@ def test_validate_per_slot_and_overall_accuracy(shift, weighting, counts, first_
     assert res["overall"]["count"] == sum(draft_counts)
     assert res["overall"]["final_acc"] == pytest.approx((counts[0] if shift else 0) / sum(draft_counts))
     assert res["overall"]["base_acc"] == 0.0
-    assert res["anchors"] == 6 and res["rows"] == 1
+    assert res["anchors"] == 10 and res["rows"] == 1
     assert res["first_trained_slot"] == first_trained
     expected_first = None if first_trained is None else [1.0, 0.0, 0.0][first_trained]
     assert res["first_trained_accuracy"] == expected_first
