@@ -28,6 +28,11 @@ RUN_DIRS = ("results", "reports", "logs", "benchmarks", "runs", "config")
 SECTIONS = ("seed", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": replicate r >= 1
+# The schema's pattern of every free-text value that reaches the model card (names, license,
+# hardware, datasets, the verifier's source): one line, without the characters that make
+# Markdown or HTML of it (tags, links and images, code, table cells, escapes).
+CARD_TEXT = r"^(?![\s\S]*[\x00-\x1f\x7f<>\[\]`|\\])"
+CARD_TEXT_ALLOWED = "one line of text for the model card, without control characters or < > [ ] ` | \\"
 
 
 class ConfigError(ValueError):
@@ -79,6 +84,8 @@ def _message(err) -> str:
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[v]
         return f"{key}: {err.instance!r} is out of range (allowed: {word} {val})"
+    if v == "pattern" and val == CARD_TEXT:
+        return f"{key}: {err.instance!r} is not allowed (allowed: {CARD_TEXT_ALLOWED})"
     if v == "pattern":
         return f"{key}: {err.instance!r} is not allowed (allowed: {err.schema.get('description') or 'matching ' + val})"
     if v in ("minItems", "maxItems", "minLength", "maxLength"):

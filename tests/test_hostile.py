@@ -115,3 +115,56 @@ def test_a_checkout_whose_path_holds_a_space_runs_its_vllm_stage_as_printed(tmp_
     assert config["values"]["data"]["hub_split"] == hostile, config
     subprocess.run(["bash", "-c", prepare[0].replace("python -m domino", "true", 1)], cwd=repo, check=True)
     assert not list(tmp_path.rglob("pwned.txt"))
+
+
+# -----------------------------------------------------------------------------
+# free text that reaches the model card: one line, no markup
+
+CARD_KEYS = ["verifier.source", "verifier.name", "data.hub_dataset", "benchmark.sources.humaneval",
+             "benchmark.sources.mt-bench", "report.model_name", "report.license", "report.training_hardware"]
+
+
+def _with(dotted, value):
+    cfg = copy.deepcopy(DEFAULT)
+    *head, last = dotted.split(".")
+    node = cfg
+    for k in head:
+        node = node.setdefault(k, {})
+    node[last] = value
+    return cfg
+
+
+def test_every_card_text_key_carries_the_card_text_pattern():
+    from domino.config import CARD_TEXT, load_schema
+
+    schema = load_schema()
+    for dotted in CARD_KEYS:
+        node = schema
+        for part in dotted.split("."):
+            node = node["properties"][part]
+        assert node.get("pattern") == CARD_TEXT, dotted
+
+
+@pytest.mark.parametrize("key", CARD_KEYS)
+@pytest.mark.parametrize("text", [
+    "Domino-b8\n# Heading\n![x](https://example.com/x.png)", "Domino-b8\n", "<img src=x onerror=alert(1)>",
+    "[click](https://example.com)", "`code`", "a | b", "a\\b", "tab\there",
+])
+def test_card_text_with_a_newline_or_markup_is_refused(key, text):
+    from domino.config import CARD_TEXT_ALLOWED
+
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with(key, text))
+    assert str(err.value) == f"{key}: {text!r} is not allowed (allowed: {CARD_TEXT_ALLOWED})"
+
+
+@pytest.mark.parametrize("key,text", [
+    ("report.model_name", "Qwen3-0.6B-Domino-b8"), ("verifier.name", "random weights in Qwen3-0.6B's shape"),
+    ("report.training_hardware", "1x NVIDIA H200 (141 GB), 16 cores"), ("verifier.name", "Qwen/Qwen3-0.6B"),
+])
+def test_plain_card_text_passes(key, text):
+    cfg = validate_config(_with(key, text))
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    assert node == text
