@@ -183,7 +183,7 @@ class NeuralDraft:
         self.tables = drafter.decode_tables()
         self.kv = None
 
-    def reset(self, prompt_len: int) -> None:
+    def reset(self, prompt_ids: list[int]) -> None:
         self.kv = None
 
     def add_context(self, aux: torch.Tensor, start: int) -> None:
@@ -211,8 +211,8 @@ class OracleDraft:
         self.drafts_per_step = drafts_per_step
         self.prompt_len = 0
 
-    def reset(self, prompt_len: int) -> None:
-        self.prompt_len = prompt_len
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.prompt_len = len(prompt_ids)
 
     def add_context(self, aux, start: int) -> None:
         pass
@@ -222,6 +222,86 @@ class OracleDraft:
         out = self.ref[i:i + n]
         # past the reference's end (a block beyond the token budget) pad with its last token
         return out + [self.ref[-1] if self.ref else 0] * (n - len(out))
+
+
+def ngram_lookup(tokens: list[int], max_n: int, min_n: int, n_drafts: int) -> list[int]:
+    """Prompt lookup: the ``n_drafts`` tokens that followed the latest earlier occurrence of the
+    last m tokens of ``tokens``, for the largest m in ``max_n .. min_n`` that has one; [] when
+    none has. The copy may run into the tokens it proposes (``a b a b`` after the 2-gram
+    ``a b`` proposes ``a b a b ...``), so a match always gives a full block."""
+    L = len(tokens)
+    for m in range(min(max_n, L - 1), min_n - 1, -1):
+        tail = tokens[L - m:]
+        for j in range(L - m - 1, -1, -1):  # the latest occurrence that ends before the tail does
+            if tokens[j:j + m] == tail:
+                out = tokens[j + m:j + m + n_drafts]
+                while len(out) < n_drafts:  # the copy overlaps what it proposes
+                    out.append(out[len(out) - (L - j - m)])
+                return out
+    return []
+
+
+class NgramDraft:
+    """The n-gram lookup (prompt lookup, vLLM's ``ngram``, transformers'
+    ``prompt_lookup_num_tokens``): drafts what followed the latest earlier occurrence of the
+    context's last n tokens (``ngram_lookup``), prompt and output so far, no training and no
+    verifier state. A step without a match drafts nothing and is a plain verifier step, which
+    the loop does not record (vLLM counts no draft there either).
+
+    The context is kept here: ``reset`` gives the prompt, and each ``propose`` learns from its
+    anchor's position how many of the previous step's drafts were accepted."""
+
+    aux_layer_ids = None
+
+    def __init__(self, drafts_per_step: int, max_n: int = 2, min_n: int = 1):
+        if not 1 <= min_n <= max_n or drafts_per_step < 1:
+            raise ValueError(f"an n-gram lookup needs 1 <= min_n <= max_n and drafts >= 1, got "
+                             f"min_n {min_n}, max_n {max_n}, drafts {drafts_per_step}")
+        self.drafts_per_step, self.max_n, self.min_n = drafts_per_step, max_n, min_n
+        self.tokens: list[int] = []
+        self.last: tuple[int, list[int]] = (-1, [])  # the previous step's anchor position and drafts
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.tokens, self.last = list(prompt_ids), (-1, [])
+
+    def add_context(self, aux, start: int) -> None:
+        pass
+
+    def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
+        prev_pos, prev = self.last
+        if prev_pos >= 0:  # commit the drafts the verifier accepted after the previous anchor
+            del self.tokens[prev_pos + 1:]
+            self.tokens += prev[:anchor_pos - prev_pos - 1]
+        self.tokens.append(anchor)
+        if len(self.tokens) != anchor_pos + 1:
+            raise RuntimeError(f"n-gram lookup: the context holds {len(self.tokens)} tokens at anchor position {anchor_pos}")
+        out = ngram_lookup(self.tokens, self.max_n, self.min_n, n) if n > 0 else []
+        self.last = (anchor_pos, out)
+        return out
+
+
+class LookupThenDraft:
+    """The n-gram lookup where the context holds a match, ``neural`` (a ``NeuralDraft``)
+    elsewhere: each step drafts ``neural``'s block, from whichever proposes. The drafter reads
+    every verified row's states whichever proposed, so that its context stays whole."""
+
+    def __init__(self, neural: NeuralDraft, max_n: int = 2, min_n: int = 1):
+        self.neural = neural
+        self.lookup = NgramDraft(neural.drafts_per_step, max_n, min_n)
+        self.aux_layer_ids = neural.aux_layer_ids
+        self.drafts_per_step = neural.drafts_per_step
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.neural.reset(prompt_ids)
+        self.lookup.reset(prompt_ids)
+
+    def add_context(self, aux, start: int) -> None:
+        self.neural.add_context(aux, start)
+
+    def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
+        out = self.lookup.propose(anchor, anchor_pos, n) or self.neural.propose(anchor, anchor_pos, n)
+        self.lookup.last = (anchor_pos, out)  # the lookup commits whichever drafts were verified
+        return out
 
 
 def speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule) -> DecodeResult:
@@ -246,7 +326,7 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
     anchor = rule.pick(out.logits[0, -1])
     t1 = time.perf_counter()
     t_verify += t1 - t0
-    draft.reset(len(prompt_ids))
+    draft.reset(list(prompt_ids))
     if want_aux:
         draft.add_context(cap.aux(), 0)
     t_draft += time.perf_counter() - t1
