@@ -48,3 +48,84 @@ def test_a_field_the_card_requires_is_named_when_missing():
     bench["summary"]["tps_ci"] = [1.0]
     with pytest.raises(ValueError, match=r"x\.json: summary\.tps_ci: .*too short"):
         results.check(bench, "benchmark", "x.json")
+
+
+def _fixture(name):
+    return json.loads((FIXTURE / name).read_text())
+
+
+def _set(obj, dotted, value):
+    *head, last = dotted.split(".")
+    for k in head:
+        obj = obj[int(k) if k.isdigit() else k]
+    obj[int(last) if last.isdigit() else last] = value
+
+
+@pytest.mark.parametrize("kind,name,field,value,says", [
+    ("validate", "validate/domino.json", "per_slot.2.final_acc", 1.7, "1.7 is greater than the maximum of 1"),
+    ("validate", "validate/domino.json", "overall.base_acc", -0.1, "-0.1 is less than the minimum of 0"),
+    ("validate", "validate/domino.json", "first_trained_accuracy", 1.7, "1.7 is greater than the maximum of 1"),
+    ("validate", "validate/domino.json", "anchors", -3, "-3 is less than the minimum of 0"),
+    ("benchmark", "benchmark/humaneval/domino.json", "summary.per_position_acceptance.0", 1.7,
+     "1.7 is greater than the maximum of 1"),
+    ("benchmark", "benchmark/humaneval/domino.json", "summary.acceptance_length", 0.5, "0.5 is less than the minimum of 1"),
+    ("benchmark", "benchmark/humaneval/domino.json", "summary.eos_share", 2, "2 is greater than the maximum of 1"),
+    ("benchmark", "benchmark/humaneval/domino.json", "summary.steps", -1, "-1 is less than the minimum of 0"),
+    ("benchmark", "benchmark/humaneval/domino.json", "prompts.0.accepted_per_step.0", -1,
+     "-1 is less than the minimum of 0"),
+    ("benchmark", "benchmark/humaneval/domino.json", "prompts.0.seconds", -0.5, "-0.5 is less than the minimum of 0"),
+    ("train_summary", "train/domino/summary.json", "steps", -1, "-1 is less than the minimum of 0"),
+])
+def test_a_value_outside_its_bounds_is_refused_naming_the_file_and_field(kind, name, field, value, says):
+    obj = _fixture(name)
+    _set(obj, field, value)
+    with pytest.raises(ValueError) as err:
+        results.check(obj, kind, "x.json")
+    assert str(err.value) == f"results file x.json: {field}: {says}"
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("per_slot.0.slot", 99, "per_slot.0.slot: 99 is outside the block's slots 0..7"),
+    ("first_trained_slot", 9, "first_trained_slot: 9 names no slot of per_slot (slots: [0, 1, 2, 3, 4, 5, 6, 7])"),
+])
+def test_slots_lie_within_the_block(field, value, says):
+    obj = _fixture("validate/domino.json")
+    _set(obj, field, value)
+    with pytest.raises(ValueError) as err:
+        results.check(obj, "validate", "x.json")
+    assert str(err.value) == f"results file x.json: {says}"
+
+
+def test_a_step_accepts_at_most_the_drafts_it_proposes():
+    obj = _fixture("benchmark/humaneval/domino.json")
+    obj["prompts"][1]["accepted_per_step"][0] = 9
+    with pytest.raises(ValueError) as err:
+        results.check(obj, "benchmark", "x.json")
+    assert str(err.value) == ("results file x.json: prompts.1.accepted_per_step: 9 accepted drafts in one step, more "
+                              "than the 8 a step proposes (summary.drafts_per_step)")
+
+
+def test_an_accuracy_of_1_7_stops_the_report_naming_the_file(tmp_path):
+    """Read as the report stage reads a run: the file is named, no card prints 170.0%."""
+    import shutil
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    path = root / "validate" / "domino.json"
+    obj = json.loads(path.read_text())
+    obj["per_slot"][1]["final_acc"] = 1.7
+    path.write_text(json.dumps(obj))
+    with pytest.raises(ValueError, match=rf"^results file {path}: per_slot\.1\.final_acc: 1\.7 is greater than "
+                                         r"the maximum of 1$"):
+        results.load_results(root)
+
+
+def test_a_first_trained_slot_naming_no_slot_is_one_line_not_a_stop_iteration():
+    from domino.card.render import _first_trained
+
+    obj = _fixture("validate/domino.json")
+    obj["first_trained_slot"] = 9
+    with pytest.raises(ValueError) as err:
+        _first_trained(obj)
+    assert str(err.value) == ("validate results of domino: first_trained_slot 9 names no slot of per_slot "
+                              "(slots: [0, 1, 2, 3, 4, 5, 6, 7])")

@@ -93,7 +93,11 @@ def _pos_estimates(bench: dict) -> list[Estimate | None]:
 def _first_trained(v: dict) -> dict | None:
     if v["first_trained_slot"] is None:
         return None
-    slot = next(p for p in v["per_slot"] if p["slot"] == v["first_trained_slot"])
+    slot = next((p for p in v["per_slot"] if p["slot"] == v["first_trained_slot"]), None)
+    if slot is None:  # results.check refuses such a file as it is read; this names it for any other caller
+        raise ValueError(f"validate results of {v.get('checkpoint', 'a checkpoint')}: first_trained_slot "
+                         f"{v['first_trained_slot']} names no slot of per_slot "
+                         f"(slots: {sorted(p['slot'] for p in v['per_slot'])})")
     return {"slot": slot["slot"], "target": slot["target"], "accuracy": v["first_trained_accuracy"]}
 
 
@@ -108,7 +112,7 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
         "al_est": estimate(s, "acceptance_length"), "al_prompt_mean": estimate(s, "acceptance_length_per_prompt_mean"),
         "tps_est": estimate(s, "tps"), "speedup_est": estimate(s, "speedup"),
         "pos_est": pos_est, "cond_est": cond_est, "vs_ref": vs_ref,
-        "first_slot_acc": tf.positions[0].teacher_forced, "tf": tf,  # position 0 drafts a+1
+        "first_slot_acc": tf.positions[0].marginal, "tf": tf,  # position 0 drafts a+1
         "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
         "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
         "al": s["acceptance_length"], "tps": s["tps"], "matches_baseline": s["matches_baseline"],
@@ -120,6 +124,39 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
         "cost": step_cost(s, _plain_seconds_per_token(res, ckpt)),
         "steps": train["steps"], "epochs": train["epochs"], "train_seconds": train["seconds"],
     }
+
+
+def lookup_label(bench: dict) -> str:
+    """How the card names an n-gram lookup row (its results file's ``lookup``)."""
+    then = bench["lookup"]["then"]
+    return "n-gram lookup, no training" if then is None else f"n-gram lookup, then {LABELS.get(then, then)}"
+
+
+def _lookup_row(res: dict, run: str) -> dict:
+    """An n-gram lookup row of the HumanEval tables: what the Aggregate, Per-position and Speedup
+    tables read of a checkpoint's row, and Domino against it (paired)."""
+    bench = res["lookup"][MAIN_SUITE][run]
+    s = bench["summary"]
+    plain_per_token = s["plain_seconds"] / res["benchmark"]["baseline"]["summary"]["new_tokens"]
+    return {"name": run, "label": lookup_label(bench), "bold": False, "is_ref": False,
+            "al_est": estimate(s, "acceptance_length"), "tps_est": estimate(s, "tps"),
+            "speedup_est": estimate(s, "speedup"), "pos_est": _pos_estimates(bench),
+            "vs_ref": compare(bench, res["benchmark"][COMPARE_TO]),
+            "domino_vs": compare(res["benchmark"]["domino"], bench),
+            "matches_baseline": s["matches_baseline"], "near_ties": len(s["near_tie_divergences"]),
+            "tie_tolerance": s["tie_tolerance"], "cost": step_cost(s, plain_per_token),
+            "lookup": bench["lookup"]}
+
+
+def _lookup_verdict(rows: list[dict], lookups: list[dict]) -> dict | None:
+    """The lookup alone against the trained rows: whether it decodes faster than every one of
+    them (point estimates of the speedup over plain greedy), and Domino against it, paired."""
+    alone = next((r for r in lookups if r["lookup"]["then"] is None), None)
+    if alone is None:
+        return None
+    best = max(rows, key=lambda r: r["speedup_est"].value)
+    return {"row": alone, "faster_than_all": alone["speedup_est"].value > best["speedup_est"].value,
+            "best": best, "domino_vs": alone["domino_vs"]}
 
 
 def _check_inputs(res: dict, card_info: dict, provenance: dict, changes: dict) -> None:
@@ -251,9 +288,14 @@ def _suite_section(res: dict, scope: str) -> list[dict] | None:
             rows.append({"label": LABELS[c], "al": estimate(s, "acceptance_length"), "speedup": estimate(s, "speedup"),
                          "vs_ref": None if c == COMPARE_TO else compare(runs[c], runs[COMPARE_TO]),
                          "near_ties": len(s["near_tie_divergences"])})
+        lookups = [{"label": lookup_label(b), "al": estimate(b["summary"], "acceptance_length"),
+                    "speedup": estimate(b["summary"], "speedup"), "vs_ref": compare(b, runs[COMPARE_TO]),
+                    "near_ties": len(b["summary"]["near_tie_divergences"]), "domino_vs": compare(runs["domino"], b)}
+                   for b in res.get("lookup", {}).get(suite, {}).values()]
         protocol = runs["baseline"]["protocol"]
         out.append({"suite": suite, "name": _suite_name(runs), "prompts": protocol["prompts"],
-                    "turns": protocol.get("turns", 1), "rows": rows, "claims": claim_rows(runs, LABELS, scope),
+                    "turns": protocol.get("turns", 1), "rows": rows, "lookups": lookups,
+                    "claims": claim_rows(runs, LABELS, scope),
                     "plain": runs["baseline"]["summary"],
                     "categories": category_rows({c: runs[c] for c in CHECKPOINTS}, "domino", COMPARE_TO)})
     return out
@@ -299,6 +341,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
     order = [*CHECKPOINTS, *(c for c in by_name if c not in CHECKPOINTS)]  # the card's rows, then config order
     rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
+    lookups = [_lookup_row(res, run) for run in res.get("lookup", {}).get(MAIN_SUITE, {})]  # then the lookup rows
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     protocol = res["benchmark"]["baseline"]["protocol"]
     scope = claims_scope(card_info["scale"])
@@ -306,6 +349,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "claims": claim_rows(res["benchmark"], LABELS, scope), "claims_scope": scope,
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
+        "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
         "other_answers": _other_answers(by_name, order, changes),
         "sampling": _sampling_rows(res, order, temperatures), "suites": _suite_section(res, scope),

@@ -44,6 +44,9 @@ def check(obj, kind: str, path: Path | str):
     errors = sorted(_validator(kind).iter_errors(obj),
                     key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if not errors:
+        bad = _cross_field(obj, kind)
+        if bad:
+            raise ValueError(f"results file {path}: {bad}")
         return obj
     err = errors[0]
     where = ".".join(str(p) for p in err.absolute_path)
@@ -52,6 +55,28 @@ def check(obj, kind: str, path: Path | str):
         field = ".".join(filter(None, (where, missing[0])))
         raise ValueError(f"results file {path} lacks field {field}")
     raise ValueError(f"results file {path}: {where or '(top level)'}: {' '.join(err.message.split())}")
+
+
+def _cross_field(obj: dict, kind: str) -> str | None:
+    """What a schema cannot bound, ``"field: what is wrong"``, or None: a validate file's slots are
+    the block's 0..B-1 (``per_slot`` holds all B) and ``first_trained_slot`` names one of them; a
+    benchmark's steps accept at most the drafts a step proposes."""
+    if kind == "validate":
+        slots = [r["slot"] for r in obj["per_slot"]]
+        for i, slot in enumerate(slots):
+            if slot >= len(slots):
+                return f"per_slot.{i}.slot: {slot} is outside the block's slots 0..{len(slots) - 1}"
+        first = obj["first_trained_slot"]
+        if first is not None and first not in slots:
+            return f"first_trained_slot: {first} names no slot of per_slot (slots: {sorted(slots)})"
+    if kind == "benchmark" and obj["summary"].get("drafts_per_step") is not None:
+        most = obj["summary"]["drafts_per_step"]
+        for i, record in enumerate(obj["prompts"]):
+            over = [c for c in record["accepted_per_step"] if c > most]
+            if over:
+                return (f"prompts.{i}.accepted_per_step: {over[0]} accepted drafts in one step, more than the "
+                        f"{most} a step proposes (summary.drafts_per_step)")
+    return None
 
 
 def _read(path: Path, kind: str) -> dict:
@@ -68,7 +93,7 @@ def read_benchmark(p: Path) -> dict:
     prompts = [{k: r[k] for k in keys} | ({"category": r["category"]} if "category" in r else {})
                for r in bench["prompts"]]
     return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
-            "path": str(p), "prompts": prompts}
+            "path": str(p), "prompts": prompts, **({"lookup": bench["lookup"]} if "lookup" in bench else {})}
 
 
 def _one_protocol(runs: dict, what: str) -> None:
@@ -110,7 +135,7 @@ def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
 
 
 def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
-                 replicates: int = 1, regenerated: bool = False, suites=(MAIN_SUITE,)) -> dict:
+                 replicates: int = 1, regenerated: bool = False, suites=(MAIN_SUITE,), lookups=()) -> dict:
     """Read and check every results file the report stage needs, once; raise naming any missing
     or bad file. The report stage reads the run through this dict only.
 
@@ -126,7 +151,9 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
     1 .. N-1, ``results/benchmark/humaneval/{checkpoint}-seed{r}.json``, go under ``"replicates"``
     (replicate 0 is the checkpoint's own file, under ``"benchmark"``). ``regenerated``
     (``data.responses: verifier``): the regenerate stage's summaries go under ``"regenerate"``, by
-    split. ``"temperatures"`` and ``"replicate_count"`` say what was asked for."""
+    split. ``lookups`` (``domino.config.lookup_runs``): the n-gram lookup rows' greedy results of
+    every suite, under ``"lookup"`` by suite and run. ``"temperatures"`` and ``"replicate_count"``
+    say what was asked for."""
     if MAIN_SUITE not in suites:
         raise ValueError(f"the card's tables are {MAIN_SUITE}'s; suites {list(suites)} leave it out")
     root = Path(results_dir)
@@ -134,7 +161,7 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
            "regenerate": {split: _read(root / "regenerate" / f"{split}.json", "regenerate")
                           for split in ("train", "val")} if regenerated else {},
            "validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
-           "sampling": {}, "suites": {}, "replicates": _read_replicates(root, checkpoints, replicates),
+           "sampling": {}, "suites": {}, "replicates": _read_replicates(root, checkpoints, replicates), "lookup": {},
            "temperatures": list(temperatures), "replicate_count": replicates}
     metric_keys = tuple(schemas()["train_metrics"]["required"])
     for ckpt in checkpoints:
@@ -148,7 +175,9 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
         out["drafter_config"][ckpt] = _read(train / "checkpoint" / "drafter_config.json", "drafter_config")
     for suite in suites:
         runs = {run: read_benchmark(benchmark_path(root, suite, run)) for run in ("baseline", *checkpoints)}
-        _one_protocol({**runs, **out["replicates"]} if suite == MAIN_SUITE else runs, f"benchmark ({suite})")
+        out["lookup"][suite] = {run: read_benchmark(benchmark_path(root, suite, run)) for run in lookups}
+        _one_protocol({**runs, **out["lookup"][suite], **(out["replicates"] if suite == MAIN_SUITE else {})},
+                      f"benchmark ({suite})")
         out["suites"][suite] = runs
     out["benchmark"] = out["suites"][MAIN_SUITE]
     for t in sorted(t for t in temperatures if t > 0):
