@@ -108,8 +108,49 @@ def linear_warmup_lr(step: int, total_steps: int, warmup_steps: int, lr: float) 
     return lr * max(0.0, 1.0 - (step - warmup_steps) / span)
 
 
+def prefix_accuracy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, first_slot: int = 0):
+    """Teacher-forced acceptance counted per anchor: (right (B,), reached (B,)), summed over
+    everything but the slot, for logits (..., B, V), targets (..., B) and mask (..., B) bool.
+
+    Only the drafting slots ``first_slot .. B-1`` count (the noshift anchor slot, slot 0, is not
+    a draft: its entries are 0). An anchor *reaches* slot k when every drafting slot before k is
+    supervised and right and slot k is supervised; it is *right* at k when it reaches k and slot k
+    is right too. ``right[k] / reached[k]`` is the conditional accuracy of slot k (right given
+    every earlier draft right), what a served step's conditional acceptance estimates; the
+    marginal accuracy (``slot_accuracy``) ignores the earlier slots, and a product of marginals
+    treats the slots as independent, which they are not.
+    """
+    hit = (logits.argmax(-1) == targets) & mask
+    right = torch.zeros(hit.shape, dtype=torch.bool, device=hit.device)
+    reached = torch.zeros_like(right)
+    if first_slot < hit.shape[-1]:
+        run = hit[..., first_slot:].long().cumprod(-1).bool()  # every drafting slot up to k right
+        before = torch.cat([torch.ones_like(run[..., :1]), run[..., :-1]], -1)  # every one before k
+        right[..., first_slot:] = run
+        reached[..., first_slot:] = before & mask[..., first_slot:]
+    dims = tuple(range(hit.dim() - 1))
+    return right.sum(dims), reached.sum(dims)
+
+
+def counted_acceptance(right, reached) -> dict:
+    """From ``prefix_accuracy``'s counts (summed over batches, drafting slots only, in slot order):
+    ``conditional``, right / reached per slot (None where no anchor reached it);
+    ``all_right``, P(every drafting slot up to k right), the running product of the conditional
+    accuracies (an anchor leaving the supervised text leaves the count without counting as
+    wrong; with every slot supervised it is the share of anchors right up to k); and
+    ``acceptance_length``, ``1 + sum_k all_right[k]``, the acceptance length teacher forcing
+    counts, as a served step's ``1 + sum_i a_i``."""
+    right, reached = [int(x) for x in right], [int(x) for x in reached]
+    conditional = [r / n if n > 0 else None for r, n in zip(right, reached, strict=True)]
+    all_right, p = [], 1.0
+    for c in conditional:
+        p = p * c if c is not None else 0.0
+        all_right.append(p)
+    return {"conditional": conditional, "all_right": all_right, "acceptance_length": 1.0 + sum(all_right)}
+
+
 __all__ = [
     "LOSSES", "slot_weights", "slot_ce", "slot_kl", "weighted_terms", "weighted_ce", "weighted_ce_terms",
     "weighted_kl", "lambda_at", "curriculum_loss",
-    "slot_accuracy", "linear_warmup_lr",
+    "slot_accuracy", "linear_warmup_lr", "prefix_accuracy", "counted_acceptance",
 ]

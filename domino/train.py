@@ -489,7 +489,15 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     which has weight 0 and is never trained, counts there, and the noshift anchor slot (slot 0,
     not a draft) does not. ``first_trained_slot`` is the slot that predicts ``a+1`` when its
     weight is non-zero, else None.
+
+    ``base_acc``/``final_acc`` are marginal: each slot on its own. Acceptance is counted per anchor
+    too (``loss.prefix_accuracy``): per drafting slot the conditional accuracy, right given every
+    earlier drafting slot right (``*_conditional_acc`` over ``*_conditional_count`` anchors), the
+    share right up to it (``*_all_right``), and ``acceptance_length``, ``1 + sum_k P(drafting
+    slots up to k all right)``, what a served step's acceptance length is taught to reach.
     """
+    from .loss import counted_acceptance, prefix_accuracy
+
     device = torch.device(device)
     drafter.to(device).eval()
     rows = PackedRows(_without_last(feats), cfg.pack_len)
@@ -497,6 +505,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     dc = drafter.cfg
     B = dc.block_size
     hits_b = hits_f = counted = torch.zeros(B, dtype=torch.long)
+    right_b = right_f = reached_b = reached_f = torch.zeros(B, dtype=torch.long)
     loss_b = loss_f = 0.0
     n_batches = anchors = 0
     for i in range(0, len(rows), cfg.rows_per_step):
@@ -506,6 +515,10 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
         hb, c = slot_accuracy(base, tgt, mask)
         hf, _ = slot_accuracy(final, tgt, mask)
         hits_b, hits_f, counted = hits_b + hb.cpu(), hits_f + hf.cpu(), counted + c.cpu()
+        rb, nb = prefix_accuracy(base, tgt, mask, dc.first_draft_slot)
+        rf, nf = prefix_accuracy(final, tgt, mask, dc.first_draft_slot)
+        right_b, reached_b = right_b + rb.cpu(), reached_b + nb.cpu()
+        right_f, reached_f = right_f + rf.cpu(), reached_f + nf.cpu()
         loss_b, loss_f, n_batches = loss_b + l_base.item(), loss_f + l_final.item(), n_batches + 1
         anchors += int(mask.any(-1).sum())
     shift = int(dc.shift_label)
@@ -513,6 +526,16 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
                  "base_acc": float(hits_b[k] / max(1, counted[k])), "final_acc": float(hits_f[k] / max(1, counted[k]))}
                 for k in range(B)]
     draft = slice(dc.first_draft_slot, B)
+    counted_b = counted_acceptance(right_b[draft], reached_b[draft])
+    counted_f = counted_acceptance(right_f[draft], reached_f[draft])
+    for k, row in enumerate(per_slot):  # the anchor slot (noshift slot 0) is no draft: null there
+        j = k - dc.first_draft_slot
+        row.update({"base_conditional_count": int(reached_b[k]) if j >= 0 else None,
+                    "final_conditional_count": int(reached_f[k]) if j >= 0 else None,
+                    "base_conditional_acc": counted_b["conditional"][j] if j >= 0 else None,
+                    "final_conditional_acc": counted_f["conditional"][j] if j >= 0 else None,
+                    "base_all_right": counted_b["all_right"][j] if j >= 0 else None,
+                    "final_all_right": counted_f["all_right"][j] if j >= 0 else None})
     n_all = int(counted[draft].sum())
     a1 = 1 - shift  # the slot that predicts a+1
     first_trained = a1 if slot_weights(B, cfg.gamma, cfg.weighting)[a1] > 0 else None
@@ -524,6 +547,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
         "overall": {"base_acc": float(hits_b[draft].sum() / max(1, n_all)),
                     "final_acc": float(hits_f[draft].sum() / max(1, n_all)), "count": n_all},
         "loss": {"base": loss_b / max(1, n_batches), "final": loss_f / max(1, n_batches)},
+        "acceptance_length": {"base": counted_b["acceptance_length"], "final": counted_f["acceptance_length"]},
         "rows": len(rows),
         "anchors": anchors,
     }

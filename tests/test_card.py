@@ -560,55 +560,62 @@ def positions_apart(bench: dict, teacher_forced: list[float]) -> list[int]:
             continue  # undefined rate
         reached = [sum(c >= i for c in p) for p in accepted]  # steps that drafted position i
         passed = [sum(c >= i + 1 for c in p) for p in accepted]
-        iv = stats.ratio_of_sums(passed, reached, boot["resamples"], boot["seed"], boot["level"])
-        if not iv.low <= teacher_forced[i] <= iv.high:
+        if sum(passed) == 0:  # nothing accepted: up to the exact bound over the prompts that reached it
+            low, high = 0.0, stats.zero_upper_bound(sum(n > 0 for n in reached), boot["level"])
+        else:
+            iv = stats.ratio_of_sums(passed, reached, boot["resamples"], boot["seed"], boot["level"])
+            low, high = iv.low, iv.high
+        if not low <= teacher_forced[i] <= high:
             out.append(i)
     return out
 
 
 def test_teacher_forced_vs_served(rendered):
     text = rendered[2]
-    header = ("| Position | Target | " + " | ".join(f"{LABELS[c]} teacher-forced | {LABELS[c]} served" for c in CKPTS)
-              + " |")
+    header = ("| Position | Target | " + " | ".join(f"{LABELS[c]} teacher-forced marginal | {LABELS[c]} teacher-forced "
+                                                   f"conditional | {LABELS[c]} served" for c in CKPTS) + " |")
     rows = table(text, header)
     assert [r[1] for r in rows] == [f"a+{i + 1}" for i in range(8)]
     for j, c in enumerate(CKPTS):
         v, s = fixture(f"validate/{c}.json"), fixture(f"benchmark/humaneval/{c}.json")["summary"]
-        tf = {slot["target"]: slot["final_acc"] for slot in v["per_slot"]}
+        marginal = {slot["target"]: slot["final_acc"] for slot in v["per_slot"]}
+        conditional = {slot["target"]: slot["final_conditional_acc"] for slot in v["per_slot"]}
         for i, row in enumerate(rows):
-            tf_cell, served_cell = row[2 + 2 * j], row[3 + 2 * j]
+            m_cell, tf_cell, served_cell = row[2 + 3 * j], row[3 + 3 * j], row[4 + 3 * j]
             if i >= s["drafts_per_step"]:
-                assert (tf_cell, served_cell) == ("—", "—")  # DFlash noshift drafts 7 tokens
+                assert (m_cell, tf_cell, served_cell) == ("—", "—", "—")  # DFlash noshift drafts 7 tokens
                 continue
-            check_num(tf_cell, 100 * tf[f"a+{i + 1}"], 1, "%")
+            check_num(m_cell, 100 * marginal[f"a+{i + 1}"], 1, "%")
+            check_num(tf_cell, 100 * conditional[f"a+{i + 1}"], 1, "%")
             if i > 0 and s["per_position_acceptance"][i - 1] == 0:
                 assert served_cell == "0 of 0 steps"  # no step reached the position
             elif s["conditional_acceptance"][i] == 0:
                 assert re.fullmatch(r"0 of [\d,]+ steps \(95% upper bound [\d.]+%\)", served_cell), served_cell
             else:
                 check_num(served_cell.split(" [")[0], 100 * s["conditional_acceptance"][i], 1, "%")
-    # the implied acceptance length, by hand for Domino: 1 + sum of the running products of slot accuracies
+    # the acceptance length teacher forcing counts per anchor (validate's), not a product of the
+    # marginal accuracies, which treats the slots as independent
     v, s = fixture("validate/domino.json"), fixture("benchmark/humaneval/domino.json")["summary"]
-    acc = [slot["final_acc"] for slot in v["per_slot"]]
-    running, implied = 1.0, 1.0
-    for a in acc:
-        running *= a
-        implied += running
-    assert implied == pytest.approx(implied_acceptance_length(acc))
-    al = {r[0]: r for r in table(text, "| Model | Accept len implied by teacher-forced accuracy | Accept len served "
-                                       "| Served − implied |")}
-    check_num(al["Domino"][1], implied, 3)
-    assert al["Domino"][3] == f"{s['acceptance_length'] - implied:+.3f} ({100 * (s['acceptance_length'] / implied - 1):+.1f}%)"
-    # the sentence: the first position whose served interval leaves out the teacher-forced accuracy, and of
-    # those positions the one with the widest gap, from intervals bootstrapped here from the per-prompt records
+    acc = [slot["final_conditional_acc"] for slot in v["per_slot"]]
+    counted = v["acceptance_length"]["final"]
+    assert counted == pytest.approx(implied_acceptance_length(acc), abs=1e-4)
+    assert counted != pytest.approx(implied_acceptance_length([slot["final_acc"] for slot in v["per_slot"]]), abs=1e-3)
+    al = {r[0]: r for r in table(text, "| Model | Accept len teacher-forced (counted) | Accept len served "
+                                       "| Served − teacher-forced |")}
+    check_num(al["Domino"][1], counted, 3)
+    assert al["Domino"][3] == f"{s['acceptance_length'] - counted:+.3f} ({100 * (s['acceptance_length'] / counted - 1):+.1f}%)"
+    assert "implied" not in text.split("## Teacher-forced vs served")[1].split("## ")[0]
+    # the sentence: the first position whose served interval leaves out the teacher-forced conditional accuracy,
+    # and of those positions the one with the widest gap, from intervals bootstrapped here from the per-prompt records
     apart = positions_apart(fixture("benchmark/humaneval/domino.json"), acc)
     first, widest = apart[0], max(apart, key=lambda i: abs(s["conditional_acceptance"][i] - acc[i]))
     c0, cw = s["conditional_acceptance"][first], s["conditional_acceptance"][widest]
     sentence = next(line for line in text.splitlines() if line.startswith("- Domino: "))
     assert f"first part at position {first} (served {100 * c0:.1f}% [" in sentence
-    assert f"against {100 * acc[first]:.1f}%)" in sentence
+    assert f"over prompts against {100 * acc[first]:.1f}%)" in sentence
     assert f"widest at position {widest}, {100 * (cw - acc[widest]):+.1f} pp" in sentence
-    assert f"imply an acceptance length of {implied:.3f} against {s['acceptance_length']:.3f} served" in sentence
+    assert f"teacher forcing counts an acceptance length of {counted:.3f} against {s['acceptance_length']:.3f} served" \
+        in sentence
     assert f"]({plots.PLOTS['teacher_forced']})" in text
 
 

@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from domino.loss import lambda_at, linear_warmup_lr, slot_accuracy, slot_weights, weighted_ce, weighted_kl
+from domino import stats
+from domino.loss import (counted_acceptance, lambda_at, linear_warmup_lr, prefix_accuracy, slot_accuracy,
+                         slot_weights, weighted_ce, weighted_kl)
 from domino.acceptance import acceptance_from_counts, acceptance_summary
 
 
@@ -139,3 +141,63 @@ def test_acceptance_intervals_by_hand(monkeypatch):
     lo, hi = s["acceptance_length_ci"]
     assert lo <= full["acceptance_length"] <= hi
     assert all(lo <= a <= hi for a, (lo, hi) in zip(full["per_position_acceptance"], s["per_position_acceptance_ci"]))
+
+
+def test_prefix_accuracy_counts_acceptance_per_anchor_by_hand():
+    """Three anchors, three slots, every slot supervised: A right at slots 0 and 1, B at 0 and 2,
+    C at 1 and 2. Marginally each slot is right 2 of 3 times, and a product of marginals implies
+    1 + 2/3 + 4/9 + 8/27 = 2.407; counted per anchor, slot 0 is right 2 of 3, slot 1 right 1 of
+    the 2 anchors right at slot 0 (A), slot 2 right 0 of the 1 anchor right at 0 and 1 (A):
+    P(all right up to k) = 2/3, 1/3, 0, so the acceptance length is 1 + 2/3 + 1/3 + 0 = 2."""
+    hits = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 1, 1]], dtype=torch.bool)
+    targets = torch.zeros(3, 3, dtype=torch.long)
+    logits = torch.stack([torch.where(hits, 1, 0), torch.where(hits, 0, 1)], -1).float()  # argmax 0 where right
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    hit, counted = slot_accuracy(logits, targets, mask)
+    assert hit.tolist() == [2, 2, 2] and counted.tolist() == [3, 3, 3]
+    assert stats.implied_acceptance_length([2 / 3] * 3) == pytest.approx(1 + 2 / 3 + 4 / 9 + 8 / 27)
+    right, reached = prefix_accuracy(logits, targets, mask)
+    assert right.tolist() == [2, 1, 0] and reached.tolist() == [3, 2, 1]
+    c = counted_acceptance(right, reached)
+    assert c["conditional"] == pytest.approx([2 / 3, 1 / 2, 0.0])
+    assert c["all_right"] == pytest.approx([2 / 3, 1 / 3, 0.0])
+    assert c["acceptance_length"] == pytest.approx(2.0)
+    assert c["acceptance_length"] == pytest.approx(stats.implied_acceptance_length(c["conditional"]))
+    # noshift: slot 0 is the anchor itself, no draft. Slots 1, 2: A right, wrong; B wrong, right;
+    # C right, right -> slot 1 right 2 of 3, slot 2 right 1 (C) of the 2 right at slot 1 (A, C)
+    right, reached = prefix_accuracy(logits, targets, mask, first_slot=1)
+    assert right.tolist() == [0, 2, 1] and reached.tolist() == [0, 3, 2]
+    c = counted_acceptance(right[1:], reached[1:])
+    assert c["conditional"] == pytest.approx([2 / 3, 1 / 2]) and c["acceptance_length"] == pytest.approx(2.0)
+    # an unsupervised slot leaves the count: C's slot 1 masked, so C reaches neither slot 1 nor 2
+    mask[2, 1] = False
+    right, reached = prefix_accuracy(logits, targets, mask, first_slot=1)
+    assert right.tolist() == [0, 1, 0] and reached.tolist() == [0, 2, 1]
+    # no anchor reaches a slot: its conditional accuracy is undefined, and nothing is counted beyond
+    c = counted_acceptance([0, 0], [2, 0])
+    assert c["conditional"] == [0.0, None] and c["all_right"] == [0.0, 0.0] and c["acceptance_length"] == 1.0
+
+
+@pytest.mark.parametrize("shift,right,conditional,counts,length", [
+    (True, {0}, [1.0, 0.0, None], [10, 7, 0], 2.0),     # right at a+1 only: nothing reaches a+3
+    (True, {0, 2}, [1.0, 0.0, None], [10, 7, 0], 2.0),  # a+3 is marginally right, never reached
+    (False, {1, 2}, [None, 1.0, 1.0], [None, 10, 7], 3.0),  # noshift: slot 0 is the anchor, no draft
+])
+def test_validate_counts_teacher_forced_acceptance(shift, right, conditional, counts, length):
+    """validate writes, per drafting slot, the conditional accuracy over the anchors whose earlier
+    drafting slots were all right, and the acceptance length counted from them, beside the
+    marginal accuracies (the hand-counted anchors of test_train's two documents: 10 valid anchors,
+    7 with a supervised a+2)."""
+    from test_train import SlotOracle, _two_doc_features
+
+    from domino.train import TrainConfig, validate
+
+    cfg = TrainConfig.schema_defaults(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0,
+                                      weighting="shifted" if shift else "classic")
+    res = validate(SlotOracle(shift, right), _two_doc_features(), cfg)
+    assert [s["final_conditional_acc"] for s in res["per_slot"]] == conditional
+    assert [s["final_conditional_count"] for s in res["per_slot"]] == counts
+    assert [s["final_acc"] for s in res["per_slot"]] == [float(k in right) for k in range(3)]  # marginal
+    assert res["acceptance_length"]["final"] == pytest.approx(length)
+    assert res["acceptance_length"]["base"] == 1.0  # the base logits are never right
+    assert res["per_slot"][0 if shift else 1]["final_all_right"] == 1.0

@@ -126,8 +126,9 @@ def test_teacher_forced_vs_served_plot(res, tmp_path):
     assert len(dashed) == 3  # one teacher-forced line per checkpoint
     domino = next(line for line in dashed if line.get_label().startswith("Domino teacher-forced"))
     v = json.loads((FIXTURE / "validate" / "domino.json").read_text())
-    assert list(domino.get_ydata()) == [s["final_acc"] for s in v["per_slot"]]  # slot k drafts a+k+1 (shifted)
-    assert f"implies AL {card_rows[2]['tf'].implied_al:.2f}" in domino.get_label()
+    # the conditional accuracy counted per anchor; slot k drafts a+k+1 (shifted)
+    assert list(domino.get_ydata()) == [s["final_conditional_acc"] for s in v["per_slot"]]
+    assert f"counts AL {v['acceptance_length']['final']:.2f}" in domino.get_label()
     served = [c for c in ax.containers if c.get_label().endswith(")") and "served" in c.get_label()]
     assert len(served) == 3 and all(c.has_yerr for c in served)  # every served rate with its interval
     noshift = next(line for line in dashed if line.get_label().startswith("DFlash noshift"))

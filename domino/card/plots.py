@@ -195,8 +195,8 @@ def loss_plot(res: dict, rows: list[dict]) -> Figure:
 
 
 def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
-    """Per position, each row's teacher-forced accuracy (dashed) and served conditional acceptance
-    (solid, with its bootstrap interval where recorded; hollow and unjoined where it rests on fewer
+    """Per position, each row's teacher-forced conditional accuracy, counted per anchor (dashed),
+    and served conditional acceptance (solid, with its bootstrap interval where recorded; hollow and unjoined where it rests on fewer
     than ``MIN_STEPS`` steps). ``rows[i]["tf"]``: ``tables.TeacherForcedVsServed``;
     ``rows[i]["cond_steps"]``: the steps behind each served rate."""
     fig = Figure(figsize=(7.5, 4.6))
@@ -205,8 +205,9 @@ def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
     for j, r in enumerate(rows):
         t = r["tf"]
         dx = (j - (len(rows) - 1) / 2) * 0.08
-        tf_line = ax.plot([p.position + dx for p in t.positions], [p.teacher_forced for p in t.positions], "--s",
-                          markersize=4, label=f"{r['label']} teacher-forced (implies AL {t.implied_al:.2f})")[0]
+        tf = [math.nan if p.teacher_forced is None else p.teacher_forced for p in t.positions]
+        tf_line = ax.plot([p.position + dx for p in t.positions], tf, "--s",
+                          markersize=4, label=f"{r['label']} teacher-forced (counts AL {t.counted_al:.2f})")[0]
         colour = tf_line.get_color()
         served = [p for p in t.positions if p.served is not None]
         for few, fmt in ((False, "-o"), (True, "o")):
@@ -220,7 +221,8 @@ def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
                         label=(f"{r['label']} served, fewer than {MIN_STEPS} steps" if few
                                else f"{r['label']} served (AL {t.served_al.value:.2f})"))
     ax.set_ylim(0, 1.02)
-    _title(ax, "Teacher-forced accuracy (dashed) vs served conditional acceptance (solid, 95% interval)", 7.5)
+    _title(ax, "Teacher-forced conditional accuracy (dashed) vs served conditional acceptance (solid, 95% interval "
+              "over prompts)", 7.5)
     ax.set_xlabel("Draft position i (token a+i+1)")
     ax.set_ylabel("Accuracy / P(accept i | accept 0..i-1)")
     ax.set_xticks(range(max(len(r["tf"].positions) for r in rows)))

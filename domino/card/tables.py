@@ -26,7 +26,7 @@ import numpy as np
 from ..acceptance import steps_accepting
 from ..config import split_replicate, trained_runs
 from ..stats import (LEVEL, acceptance_length_difference, acceptance_length_pooled, compare_checkpoints,
-                     implied_acceptance_length, ratio_of_sums, zero_upper_bound)
+                     ratio_of_sums, zero_upper_bound)
 
 
 class Estimate(NamedTuple):
@@ -181,48 +181,51 @@ def category_rows(benches: dict[str, dict], a: str, b: str) -> list[CategoryRow]
 class PositionPair:
     position: int
     target: str                  # "a+1" for position 0
-    teacher_forced: float        # validate's final (served-branch) accuracy of the slot with that target
+    marginal: float              # validate's final (served-branch) accuracy of the slot, on its own
+    teacher_forced: float | None  # its conditional accuracy: right given every earlier drafting slot
+                                  # right, counted per anchor; None where no anchor reached the slot
     served: Estimate | None      # conditional acceptance; None where undefined
 
     @property
     def gap(self) -> float | None:
-        """served - teacher-forced, as a fraction; None where the served rate is undefined."""
-        return None if self.served is None else self.served.value - self.teacher_forced
+        """served - teacher-forced conditional, as a fraction; None where either is undefined."""
+        return None if self.served is None or self.teacher_forced is None else \
+            self.served.value - self.teacher_forced
 
 
 @dataclass(frozen=True)
 class TeacherForcedVsServed:
     positions: list[PositionPair]
-    implied_al: float            # stats.implied_acceptance_length of the teacher-forced accuracies
+    counted_al: float            # validate's acceptance_length.final: 1 + sum_k P(slots up to k all right)
     served_al: Estimate          # pooled acceptance length
     first_apart: PositionPair | None  # first position whose served interval leaves out the teacher-forced value
     widest: PositionPair | None  # of those positions, the largest |gap|
 
     @property
     def al_gap(self) -> float:
-        return self.served_al.value - self.implied_al
+        return self.served_al.value - self.counted_al
 
     @property
     def al_relative(self) -> float:
-        return self.served_al.value / self.implied_al - 1
+        return self.served_al.value / self.counted_al - 1
 
 
 def teacher_forced_vs_served(validate: dict, bench: dict, served: list[Estimate | None]) -> TeacherForcedVsServed:
-    """Per drafted position, the teacher-forced accuracy beside the served conditional acceptance,
-    and the acceptance length the former implies beside the served one. ``served``: the run's
-    ``conditional_estimates(bench)``."""
+    """Per drafted position, the teacher-forced accuracy (conditional, counted per anchor, and
+    marginal) beside the served conditional acceptance, and the acceptance length teacher forcing
+    counts beside the served one. ``served``: the run's ``conditional_estimates(bench)``."""
     by_target = {s["target"]: s for s in validate["per_slot"]}
     pairs = []
     for i, est in enumerate(served):
         slot = by_target.get(f"a+{i + 1}")
         if slot is None:
             raise ValueError(f"validate file of {validate.get('checkpoint')!r} has no slot predicting a+{i + 1}")
-        pairs.append(PositionPair(i, f"a+{i + 1}", slot["final_acc"], est))
-    defined = [p for p in pairs if p.served is not None]
+        pairs.append(PositionPair(i, f"a+{i + 1}", slot["final_acc"], slot["final_conditional_acc"], est))
+    defined = [p for p in pairs if p.gap is not None]
     apart = [p for p in defined if p.served.excludes(p.teacher_forced)]
     return TeacherForcedVsServed(
         positions=pairs,
-        implied_al=implied_acceptance_length([p.teacher_forced for p in pairs]),
+        counted_al=float(validate["acceptance_length"]["final"]),
         served_al=estimate(bench["summary"], "acceptance_length"),
         first_apart=apart[0] if apart else None,
         widest=max(apart, key=lambda p: abs(p.gap), default=None),
