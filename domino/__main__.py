@@ -43,8 +43,8 @@ def parser() -> argparse.ArgumentParser:
                              "--config @config/card.yaml), the config files merged and validated")
         sp.add_argument("--log", help="also write the stage's messages to this file")
         for arg, role in stage.paths.items():
-            many = role.endswith("[]")  # a list: one value per run, in the same order as the others
-            sp.add_argument("--" + arg.replace("_", "-"), dest=arg, required=True, nargs="+" if many else None,
+            many = role.endswith("[]")  # a list: one value per run, in the same order as the others (maybe none)
+            sp.add_argument("--" + arg.replace("_", "-"), dest=arg, required=True, nargs="*" if many else None,
                             help=ROLE_HELP[role.removesuffix("[]")] + (" (one per run)" if many else ""))
     return p
 

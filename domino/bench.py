@@ -25,7 +25,8 @@ from transformers import DynamicCache
 from .acceptance import acceptance_summary
 from .aux import AuxCapture
 from .common import hardware
-from .decode import GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
+from .config import LOOKUP
+from .decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
 from .io import write_json
 from .model import Drafter
 from .prompts import SUITES, encode_turns, suite_tasks
@@ -189,24 +190,57 @@ class BenchmarkConfig:
         return Decoding(self.temperature, self.top_p, self.seed)
 
 
+@dataclass(frozen=True)
+class LookupSpec:
+    """An n-gram lookup row (``benchmark.ngram``): run ``run`` drafts by ``NgramDraft(drafts,
+    max_n, min_n)``, or, with ``then`` (a run of the job), by the lookup where the context holds a
+    match and by that run's drafter elsewhere (``LookupThenDraft``, the drafter's block size)."""
+
+    run: str
+    max_n: int
+    min_n: int
+    drafts: int
+    then: str | None = None
+
+    def record(self) -> dict:
+        """What a results file says of the row (``lookup``)."""
+        return {"max_n": self.max_n, "min_n": self.min_n,
+                "drafts": self.drafts, "then": self.then}
+
+
 @dataclass
 class Loaded:
-    """What one benchmark job decodes with: the verifier, and each run's drafter by run name."""
+    """What one benchmark job decodes with: the verifier, and each run's drafter by run name (the
+    trained runs' ``NeuralDraft``, then the lookup rows')."""
     tokenizer: object
     verifier: object
     stop_ids: list[int]
-    drafts: dict[str, NeuralDraft]
+    drafts: dict[str, NeuralDraft | NgramDraft | LookupThenDraft]
 
 
-def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str]) -> Loaded:
-    """The verifier and its tokenizer, and the drafter of each run (run name -> checkpoint dir)."""
-    if PLAIN in checkpoint_dirs:
-        raise BenchmarkError(f"{PLAIN!r} names the plain decodes; a checkpoint needs another name")
+def lookup_draft(spec: LookupSpec, drafts: dict[str, NeuralDraft]) -> NgramDraft | LookupThenDraft:
+    """The drafter of a lookup row; ``drafts``: the trained runs' (``then`` must be one of them)."""
+    if spec.then is None:
+        return NgramDraft(spec.drafts, spec.max_n, spec.min_n)
+    if spec.then not in drafts:
+        raise BenchmarkError(f"lookup row {spec.run}: its drafter {spec.then!r} is not among the job's runs "
+                             f"({', '.join(drafts) or 'none'})")
+    return LookupThenDraft(NeuralDraft(drafts[spec.then].drafter), spec.max_n, spec.min_n)
+
+
+def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
+                lookups: list[LookupSpec] = ()) -> Loaded:
+    """The verifier and its tokenizer, the drafter of each run (run name -> checkpoint dir), and
+    each lookup row's."""
+    names = [*checkpoint_dirs, *(s.run for s in lookups)]
+    if PLAIN in names or len(set(names)) != len(names):
+        raise BenchmarkError(f"{PLAIN!r} names the plain decodes and each run needs a name of its own, got {names}")
     dev = config.device
     tok = load_tokenizer(verifier_path)
     verifier = load_verifier(verifier_path, config.verifier_dtype, dev)
     drafts = {run: NeuralDraft(Drafter.load(d).to(dev, dtype=verifier.dtype).eval())
               for run, d in checkpoint_dirs.items()}
+    drafts |= {s.run: lookup_draft(s, drafts) for s in lookups}
     return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)
 
 
@@ -315,20 +349,20 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
 def speed_summary(timings: list[PromptTiming], seed: int, greedy: bool = True) -> dict:
     """Totals, both TPS and the paired speedup with intervals.
 
-    Greedy: ``sum(plain s) / sum(speculative s)``, both decodes giving the same tokens. Sampling:
-    the two decodes of a prompt give outputs of other lengths, so the speedup is the ratio of
-    token rates, ``(sum(spec tokens) / sum(spec s)) / (sum(plain tokens) / sum(plain s))``,
-    prompts resampled in pairs (``domino.stats.paired_rate_ratio``)."""
+    The speedup is the ratio of token rates, ``(sum(spec tokens) / sum(spec s)) / (sum(plain
+    tokens) / sum(plain s))``, prompts resampled in pairs (``domino.stats.paired_rate_ratio``),
+    greedy or sampled alike: sampled decodes give outputs of other lengths, and so does a greedy
+    decode in low precision that parts from plain greedy at a near tie, where a ratio of seconds
+    would set times of other token counts against each other. Where every output has its plain
+    decode's length it equals ``sum(plain s) / sum(speculative s)``. ``greedy`` is kept for the
+    callers that say which decoding it was; the definition does not depend on it."""
     tokens = [len(t.main.new_token_ids) for t in timings]
     plain_tokens = [len(t.plain.new_token_ids) for t in timings]
     seconds = [t.main.seconds for t in timings]
     plain_seconds = [t.plain.seconds for t in timings]
     tps = ratio_of_sums(tokens, seconds, RESAMPLES, seed)
     plain_tps = ratio_of_sums(plain_tokens, plain_seconds, RESAMPLES, seed)
-    if greedy:
-        speedup = paired_speedup(plain_seconds, seconds, RESAMPLES, seed)
-    else:
-        speedup = paired_rate_ratio(tokens, seconds, plain_tokens, plain_seconds, RESAMPLES, seed)
+    speedup = paired_rate_ratio(tokens, seconds, plain_tokens, plain_seconds, RESAMPLES, seed)
     return {"prompts": len(timings), "new_tokens": sum(tokens), "seconds": sum(seconds),
             "tps": tokens_per_second(sum(tokens), sum(seconds)), "tps_ci": tps.bounds(),
             "plain_seconds": sum(plain_seconds), "plain_tps": tokens_per_second(sum(plain_tokens), sum(plain_seconds)),
@@ -479,6 +513,8 @@ def step_floors(loaded: Loaded, encoded: list[list[int]], decodes: list[PromptDe
     context = list(encoded[i]) + decodes[i].results[PLAIN].new_token_ids
     out = {}
     for run, draft in loaded.drafts.items():
+        if not isinstance(draft, NeuralDraft):  # a lookup row has no drafter forward to time
+            continue
         f = step_floor(loaded.verifier, draft, context)
         out[run] = {"drafter_forward_seconds": f.drafter_forward, "verify_forward_seconds": f.verify_forward,
                     "plain_forward_seconds": f.plain_forward}
@@ -486,10 +522,11 @@ def step_floors(loaded: Loaded, encoded: list[list[int]], decodes: list[PromptDe
 
 
 def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
-                  outs: dict[str, str]) -> dict[str, dict]:
+                  outs: dict[str, str], lookups: list[LookupSpec] = ()) -> dict[str, dict]:
     """Decode every task of ``config.suite`` plain and with each run's drafter (run name ->
-    checkpoint dir), all in this one process, turn by turn for a suite of several turns, and write
-    each run's results file (``outs``: run name -> path, ``PLAIN`` included; docs/results.md).
+    checkpoint dir) and each n-gram lookup row (``lookups``, greedy only), all in this one
+    process, turn by turn for a suite of several turns, and write each run's results file
+    (``outs``: run name -> path, ``PLAIN`` included; docs/results.md).
     Greedy, or sampling at ``config.temperature`` > 0 (a later turn then follows the plain decode's
     sampled answer).
 
@@ -498,7 +535,9 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         torch.set_num_threads(config.threads)
     decoding, tol = config.decoding, config.tie_tolerance
     prompts = suite_tasks(config.suite, config.dataset)  # a missing or damaged suite is refused before any model loads
-    loaded = load_models(config, verifier_path, checkpoint_dirs)
+    if lookups and not config.greedy:
+        raise BenchmarkError("the n-gram lookup rows decode greedily only (benchmark.ngram)")
+    loaded = load_models(config, verifier_path, checkpoint_dirs, lookups)
     _check_budget(config, loaded)
     context = loaded.verifier.config.max_position_embeddings
     tasks, encoded = encode_tasks(config, loaded.tokenizer, context, prompts)
@@ -516,7 +555,8 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     protocol = benchmark_protocol(config, len(tasks), n_turns)
     floors = step_floors(loaded, encoded, turns[0][1])
     results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
-    for run in (PLAIN, *checkpoint_dirs):
+    specs = {s.run: s for s in lookups}
+    for run in (PLAIN, *checkpoint_dirs, *specs):
         per_turn = [(enc, [d.timing(run) for d in ds]) for enc, ds in turns]
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
         near_ties = [d for k, (enc, timings) in enumerate(per_turn) if config.greedy
@@ -524,6 +564,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
                                              k + 1 if n_turns > 1 else None, memo)]
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
+                        **({"lookup": specs[run].record()} if run in specs else {}),
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
                         | {"floor": floors.get(run)},
                         "prompts": prompt_records(tasks, encoded, timings, per_turn if n_turns > 1 else None)}

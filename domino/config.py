@@ -355,9 +355,9 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if d["pure_draft_prefix_len"] >= d["block_size"]:
         raise ConfigError(f"drafter.pure_draft_prefix_len: {d['pure_draft_prefix_len']} (allowed: < block_size)")
     for name, k in kinds.items():
-        if REPLICATE.fullmatch(name) or name == "baseline":
-            raise ConfigError(f"checkpoints.{name}: 'baseline' names the plain decodes and names ending in "
-                              "-seed<r> the seed replicates (allowed: another name)")
+        if REPLICATE.fullmatch(name) or name == "baseline" or name == LOOKUP or name.startswith(LOOKUP + "-"):
+            raise ConfigError(f"checkpoints.{name}: 'baseline' names the plain decodes, 'ngram' and 'ngram-*' the "
+                              "n-gram lookup rows and names ending in -seed<r> the seed replicates (allowed: another name)")
         if k["weighting"] == "shifted" and not k["shift_label"]:
             raise ConfigError(f"checkpoints.{name}.weighting: shifted weighs slot 0 as the a+1 prediction, which "
                               "only a shifted block has; without shift_label slot 0 is the anchor itself "
@@ -377,6 +377,12 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")
     if cfg["device"] == "cpu" and t.get("autocast"):
         raise ConfigError("train.autocast: bf16/fp16 autocast needs device cuda (allowed on cpu: null)")
+    ng = cfg["benchmark"]["ngram"]
+    if ng["min_n"] > ng["max_n"]:
+        raise ConfigError(f"benchmark.ngram.min_n: {ng['min_n']} exceeds max_n {ng['max_n']} (allowed: <= max_n)")
+    if ng["enabled"] and ng["then"] is not None and ng["then"] not in kinds:
+        raise ConfigError(f"benchmark.ngram.then: {ng['then']!r} is no checkpoint (allowed: one of "
+                          f"{', '.join(kinds)}, or null)")
     if "humaneval" not in cfg["benchmark"]["suites"]:
         raise ConfigError(f"benchmark.suites: {cfg['benchmark']['suites']} leaves out humaneval, whose results are "
                           "the card's tables (allowed: a list with humaneval, other suites beside it)")
@@ -468,6 +474,18 @@ def split_replicate(run: str) -> tuple[str, int]:
     for ``domino``. Checkpoint names never end in ``-seed<r>`` (refused by the config check)."""
     m = REPLICATE.fullmatch(run)
     return (m.group(1), int(m.group(2))) if m else (run, 0)
+
+
+LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram); "ngram-<checkpoint>": the lookup, then that drafter
+
+
+def lookup_runs(cfg: dict) -> list[str]:
+    """The benchmark's runs that need no training of their own (``benchmark.ngram``): the n-gram
+    lookup, then the lookup-then-checkpoint row, each where configured."""
+    ng = cfg["benchmark"]["ngram"]
+    if not ng["enabled"]:
+        return []
+    return [LOOKUP] + ([f"{LOOKUP}-{ng['then']}"] if ng["then"] else [])
 
 
 def vllm_runs(cfg: dict) -> list[str]:

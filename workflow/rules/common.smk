@@ -6,8 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, responses_of, split_replicate,
-                           trained_runs, validate_config, vllm_launcher, vllm_runs)
+from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, lookup_runs, responses_of,
+                           split_replicate, trained_runs, validate_config, vllm_launcher, vllm_runs)
 from domino.logs import job_error_lines
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
@@ -21,7 +21,8 @@ config.update(_validated)
 
 CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config order
 TRAINED = trained_runs(config["checkpoints"], config["train"]["replicates"])  # the checkpoints, then their seed replicates (train.replicates)
-RUNS = ["baseline"] + TRAINED  # every results/benchmark/{suite}/{run}.json
+LOOKUPS = lookup_runs(config)  # the n-gram lookup rows (benchmark.ngram): decoded, never trained
+RUNS = ["baseline"] + TRAINED + LOOKUPS  # every results/benchmark/{suite}/{run}.json
 SUITES = config["benchmark"]["suites"]  # one benchmark job each; HumanEval's results are the card's main tables
 EMBEDDED = config["verifier"]["source"] == "embedded"
 GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/verifier/model (domino.gguf)
