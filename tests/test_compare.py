@@ -69,3 +69,31 @@ def test_a_card_in_one_run_only_differs(tmp_path):
     a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b")
     (b / "reports" / "model_card.md").unlink()
     assert compare.compare_runs(a, b) == ["reports/model_card.md only in A"]
+
+
+@pytest.mark.parametrize("key", ["tokens_per_second", "tps", "plain_tps_ci", "seconds", "draft_seconds", "speedup_ci",
+                                 "tps_ratio_to_ours", "wall_seconds", "elapsed", "duration_s", "throughput",
+                                 "latency_ms", "step_time", "ms", "train_secs"])
+def test_a_timing_field_is_timing(key):
+    assert compare.strip_timing({"summary": {key: 1.0, "steps": 3}}) == {"summary": {"steps": 3}}
+
+
+@pytest.mark.parametrize("key", ["generated_tokens", "items", "accepted_per_step", "acceptance_length", "steps",
+                                 "timing_note_free", "max_new_tokens", "conversations", "cut"])
+def test_a_result_field_is_a_result(key):
+    assert compare.strip_timing({key: 1}) == {key: 1}
+
+
+def test_regenerated_answers_that_differ_only_in_their_rate_are_identical(tmp_path):
+    """The regenerate stage's summary records its throughput as tokens_per_second: two runs that
+    differ only there (every kill-matrix trial against its reference) are identical."""
+    runs = [make_run(tmp_path / "a"), make_run(tmp_path / "b")]
+    for run, rate in zip(runs, (41.5, 77.25)):
+        (run / "results" / "regenerate").mkdir()
+        (run / "results" / "regenerate" / "train.json").write_text(json.dumps(
+            {"conversations": 195, "cut": 3, "generated_tokens": 9000, "seconds": 9000 / rate,
+             "tokens_per_second": rate}))
+    assert compare.compare_runs(*runs) == []
+    (runs[1] / "results" / "regenerate" / "train.json").write_text(json.dumps(
+        {"conversations": 194, "cut": 3, "generated_tokens": 9000, "seconds": 1.0, "tokens_per_second": 9000.0}))
+    assert compare.compare_runs(*runs) == ["results/regenerate/train.json differs"]
