@@ -149,8 +149,22 @@ def counted_acceptance(right, reached) -> dict:
     return {"conditional": conditional, "all_right": all_right, "acceptance_length": 1.0 + sum(all_right)}
 
 
+LOSS_CUTS = ("none", "first_wrong")
+
+
+def cut_after_first_wrong(correct: torch.Tensor, mask: torch.Tensor, first_slot: int = 0) -> torch.Tensor:
+    """``train.loss_cut`` first_wrong (Spec-AUF): the slot mask with every slot after a block's
+    first wrong drafting slot removed, since serving accepts nothing past it. correct, mask
+    (..., B) bool; ``first_slot``: the first drafting slot (noshift's slot 0, the anchor itself,
+    never cuts). A slot the mask leaves out never cuts either; the first wrong slot keeps its loss."""
+    wrong = mask & ~correct
+    wrong[..., :first_slot] = False
+    before = wrong.long().cumsum(-1) - wrong.long()  # wrong drafting slots strictly before each slot
+    return mask & (before == 0)
+
+
 __all__ = [
     "LOSSES", "slot_weights", "slot_ce", "slot_kl", "weighted_terms", "weighted_ce", "weighted_ce_terms",
     "weighted_kl", "lambda_at", "curriculum_loss",
-    "slot_accuracy", "linear_warmup_lr", "prefix_accuracy", "counted_acceptance",
+    "slot_accuracy", "linear_warmup_lr", "prefix_accuracy", "counted_acceptance", "LOSS_CUTS", "cut_after_first_wrong",
 ]

@@ -33,8 +33,8 @@ from .batches import (PackedRows, SeedStream, keyed_generator, sample_anchors, s
                       valid_anchor_mask)
 from .config import AuxNoise, aux_noise
 from .io import atomic_path, write_json, write_jsonl
-from .loss import (curriculum_loss, lambda_at, linear_warmup_lr, slot_accuracy, slot_ce, slot_kl, slot_weights,
-                   weighted_terms)
+from .loss import (curriculum_loss, cut_after_first_wrong, lambda_at, linear_warmup_lr, slot_accuracy, slot_ce,
+                   slot_kl, slot_weights, weighted_terms)
 from .optim import Optimizers, build_optimizers
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class TrainConfig:
     noise_dtype: str  # "float32" | "storage": where the noise is added (domino.config.AuxNoise)
     loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.batches.LOSS_MASK_AT)
     loss: str  # "ce" | "kl_div": the per-slot loss (domino.loss.LOSSES); kl_div needs a VerifierHead
+    loss_cut: str  # "none" | "first_wrong": slots after a block's first wrong draft leave the loss (domino.loss.LOSS_CUTS)
     weights_dtype: str  # "float32" | "bfloat16": the trainable weights, optimizer state and updates
     rotary_dtype: str  # "float32" | "weights": the RoPE frequencies in training (see ``set_precision``)
     optimizer: str  # see domino.optim
@@ -158,6 +159,8 @@ def compute_losses(drafter, batch, cfg: TrainConfig, step_seed, device, autocast
                                             mv(batch["doc_ids"]), mv(batch["aux"]).to(drafter.fc.weight.dtype),
                                             mv(anchors))
     tgt, mask = mv(tgt), mv(mask)
+    if cfg.loss_cut == "first_wrong":  # Spec-AUF: what serving would reject after the first wrong draft
+        mask = cut_after_first_wrong(final.detach().argmax(-1) == tgt, mask, drafter.cfg.first_draft_slot)
     if cfg.loss == "kl_div":
         if verifier_head is None or "last" not in batch:
             raise ValueError("train.loss kl_div needs the verifier's head and features holding the last hidden "
@@ -501,7 +504,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     device = torch.device(device)
     drafter.to(device).eval()
     rows = PackedRows(_without_last(feats), cfg.pack_len)
-    ce = replace(cfg, loss="ce")
+    ce = replace(cfg, loss="ce", loss_cut="none")  # every slot counted, whatever trained
     dc = drafter.cfg
     B = dc.block_size
     hits_b = hits_f = counted = torch.zeros(B, dtype=torch.long)

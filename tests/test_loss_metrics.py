@@ -201,3 +201,37 @@ def test_validate_counts_teacher_forced_acceptance(shift, right, conditional, co
     assert res["acceptance_length"]["final"] == pytest.approx(length)
     assert res["acceptance_length"]["base"] == 1.0  # the base logits are never right
     assert res["per_slot"][0 if shift else 1]["final_all_right"] == 1.0
+
+
+def test_cut_after_first_wrong_by_hand():
+    """Spec-AUF's cut: the first wrong drafting slot keeps its loss, every later one leaves it; a
+    masked slot never cuts, nor does a slot before the first drafting one."""
+    from domino.loss import cut_after_first_wrong
+
+    correct = torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 1, 1], [1, 0, 1, 1, 1]], dtype=torch.bool)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 0, 1, 1, 1]], dtype=torch.bool)
+    assert cut_after_first_wrong(correct, mask).int().tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 0, 1, 1, 1]]
+    # noshift: slot 0 is the anchor itself, not a draft
+    assert cut_after_first_wrong(correct, mask, first_slot=1).int().tolist() == \
+        [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 0, 1, 1, 1]]
+
+
+def test_loss_cut_first_wrong_supervises_fewer_slots_in_training_only():
+    from dataclasses import replace
+
+    from conftest import tiny_drafter, tiny_verifier
+    from domino.train import TrainConfig, compute_losses
+
+    torch.manual_seed(0)
+    drafter = tiny_drafter(tiny_verifier(), projector="domino", block_size=4).float()
+    T = 24
+    batch = {"input_ids": torch.randint(0, 90, (1, T)), "position_ids": torch.arange(T)[None],
+             "doc_ids": torch.zeros(1, T, dtype=torch.long), "loss_mask": torch.ones(1, T, dtype=torch.bool),
+             "target": torch.randint(0, 50, (1, T)), "aux": torch.randn(1, T, 3 * 64), "row_ids": [0]}
+    cfg = TrainConfig.schema_defaults(anchors_per_row=16)
+    *_, final, tgt, full = compute_losses(drafter, batch, cfg, (0, 3, 0), torch.device("cpu"))
+    *_, cut = compute_losses(drafter, batch, replace(cfg, loss_cut="first_wrong"), (0, 3, 0), torch.device("cpu"))
+    from domino.loss import cut_after_first_wrong
+
+    assert torch.equal(cut, cut_after_first_wrong(final.argmax(-1) == tgt, full))
+    assert 0 < int(cut.sum()) < int(full.sum())  # a random drafter is wrong somewhere early
