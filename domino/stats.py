@@ -275,22 +275,30 @@ def implied_acceptance_length(conditional_accuracies) -> float:
 class CheckpointComparison(NamedTuple):
     """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
     acceptance_length: Interval  # pooled AL
-    speedup: Interval  # paired speedups, each against the plain decodes beside it
+    speedup: Interval  # paired speedups (ratios of token rates), each against the plain decodes beside it
 
 
 def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
                         resamples: int = RESAMPLES) -> CheckpointComparison:
     """Paired comparison of two speculative results files of the same prompts (e.g. Domino vs
-    DFlash noshift). Speedups rather than TPS are compared: each run's speculative seconds are
-    divided by the plain seconds measured beside them. Runs of one benchmark job share their
-    plain decodes, so this is then the ratio of their speculative times, all of one moment."""
+    DFlash noshift). Speedups are compared, each a ratio of token rates (speculative tokens per
+    second over the plain tokens per second beside them): a ratio of seconds would set times of
+    other token counts against each other wherever a decode's output has another length (a
+    low-precision parting at a near tie). Runs of one benchmark job share their plain decodes, so
+    the plain rates cancel and ``speedup_a / speedup_b - 1`` is A's speculative token rate over
+    B's, both timed in the same minutes; runs timed beside other plain decodes are refused (their
+    records do not hold the plain decodes' token counts)."""
     pa, pb = result_a["prompts"], result_b["prompts"]
     if [(r["task_id"], r["prompt_token_ids"]) for r in pa] != [(r["task_id"], r["prompt_token_ids"]) for r in pb]:
         raise ValueError(f"runs {result_a['run']!r} and {result_b['run']!r} decoded other prompts")
+    if [r["plain_seconds"] for r in pa] != [r["plain_seconds"] for r in pb]:
+        raise ValueError(f"runs {result_a['run']!r} and {result_b['run']!r} were timed beside other plain decodes: "
+                         "their speedups compare only within one benchmark job")
     al = acceptance_length_difference([r["accepted_per_step"] for r in pa], [r["accepted_per_step"] for r in pb],
                                       resamples, seed)
-    speed = paired_relative_difference([r["plain_seconds"] for r in pa], [r["seconds"] for r in pa],
-                                       [r["plain_seconds"] for r in pb], [r["seconds"] for r in pb], resamples, seed)
+    speed = paired_relative_difference([len(r["new_token_ids"]) for r in pa], [r["seconds"] for r in pa],
+                                       [len(r["new_token_ids"]) for r in pb], [r["seconds"] for r in pb],
+                                       resamples, seed)
     return CheckpointComparison(al, speed)
 
 

@@ -173,3 +173,30 @@ def test_bca_sampled_speedup_is_the_ratio_of_token_rates():
     # the seconds ratio would say 4 / 2 = 2 too only by chance; with other lengths they part
     iv = stats.paired_rate_ratio([40, 40], [1.0, 1.0], [20, 20], [1.0, 1.0], resamples=200, seed=0)
     assert iv.estimate == pytest.approx(2.0) and stats.paired_speedup([1.0, 1.0], [1.0, 1.0]).estimate == 1.0
+
+
+def _records(tokens, seconds, plain_seconds):
+    return [{"task_id": f"t/{i}", "prompt_token_ids": [i], "accepted_per_step": [1] * (n // 2),
+             "new_token_ids": list(range(n)), "seconds": s, "plain_seconds": p}
+            for i, (n, s, p) in enumerate(zip(tokens, seconds, plain_seconds))]
+
+
+def test_checkpoints_compare_speed_by_token_rates_not_seconds():
+    """A and B share their plain decodes (one benchmark job). A writes 30 + 10 tokens in 1 + 1 s,
+    20 tok/s, B 20 + 20 in 1 + 1 s: the same speed. Where A writes 10 tokens more in the same
+    seconds (an output that parted at a near tie) it is faster, 25 tok/s against 20, +25%, where
+    a ratio of seconds would say 0."""
+    plain = [2.0, 2.0]
+    a = {"run": "a", "prompts": _records([30, 10], [1.0, 1.0], plain)}
+    b = {"run": "b", "prompts": _records([20, 20], [1.0, 1.0], plain)}
+    assert stats.compare_checkpoints(a, b, resamples=200).speedup.estimate == pytest.approx(0.0)
+    a = {"run": "a", "prompts": _records([30, 20], [1.0, 1.0], plain)}
+    b = {"run": "b", "prompts": _records([20, 20], [1.0, 1.0], plain)}
+    assert stats.compare_checkpoints(a, b, resamples=200).speedup.estimate == pytest.approx(0.25)
+    # speculative seconds 1 and 2 against B's 1 and 1: the seconds ratio says -33%; the rates 40 / 3 against 20 say -33% too
+    a = {"run": "a", "prompts": _records([20, 20], [1.0, 2.0], plain)}
+    assert stats.compare_checkpoints(a, b, resamples=200).speedup.estimate == pytest.approx(40 / 3 / 20 - 1)
+    # runs timed beside other plain decodes are refused: their records hold no plain token counts
+    c = {"run": "c", "prompts": _records([20, 20], [1.0, 1.0], [2.0, 2.5])}
+    with pytest.raises(ValueError, match="'a' and 'c' were timed beside other plain decodes"):
+        stats.compare_checkpoints(a, c)

@@ -132,8 +132,8 @@ def _first_draft_difference(bench_a: dict, bench_b: dict) -> Estimate | None:
 
 def measure(figure: str, bench_a: dict, bench_b: dict) -> Estimate | None:
     """This run's paired relative difference A / B - 1 of ``figure``: "acceptance_length" (pooled),
-    "tps" (speculative tokens per second; both runs commit the plain run's tokens, so this is the
-    ratio of their speculative times, as ``tables.compare``'s speedup difference), or
+    "tps" (speculative tokens per second, the ratio of the two runs' token rates: both are timed
+    beside the same plain decodes, so it is ``tables.compare``'s speedup difference), or
     "first_draft_acceptance" (pos_0, the token a+1)."""
     if figure == "first_draft_acceptance":
         return _first_draft_difference(bench_a, bench_b)
