@@ -132,8 +132,12 @@ def section_defaults(section: str) -> dict:
             if "default" in v}
 
 
-def validate_config(config: dict, schema: dict | None = None) -> dict:
-    """Schema check with defaults, then the cross-field checks. Returns a new dict."""
+def validate_config(config: dict, schema: dict | None = None, checkout: str | Path | None = None) -> dict:
+    """Schema check with defaults, then the cross-field checks. Returns a new dict.
+
+    ``checkout``: the workflow's folder (the Snakefile's). A relative ``verifier.source`` that is
+    no folder of the run directory but one of the checkout is read from the checkout (its absolute
+    path replaces it), whatever ``--directory`` says, as ``vllm.python`` is."""
     from jsonschema import Draft202012Validator
 
     if not isinstance(config, dict):
@@ -146,7 +150,9 @@ def validate_config(config: dict, schema: dict | None = None) -> dict:
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise ConfigError(_message(errors[0]))
-    facts = _verifier_facts(cfg)  # read once: the verifier's config and tokenizer files
+    if checkout is not None:
+        cfg["verifier"]["source"] = checkout_source(cfg["verifier"]["source"], checkout)
+    facts = _verifier_facts(cfg, checkout)  # read once: the verifier's config and tokenizer files
     _fill_aux_layer_ids(cfg, facts)
     _cross_checks(cfg, facts)  # the base config first, so that its errors are named as its own
     for name in cfg["checkpoints"]:
@@ -208,6 +214,34 @@ def is_local_source(src: str) -> bool:
     return src.split("/")[0] in RUN_DIRS
 
 
+def checkout_source(src: str, checkout: str | Path) -> str:
+    """Where a relative local ``verifier.source`` is read: the run directory's folder when it has
+    one (``./random_verifier`` of config/card-offline.yaml), else the checkout's, by its absolute
+    path; any other source is kept as given."""
+    path = Path(src).expanduser()
+    if src in ("embedded", "gguf") or path.is_absolute() or path.exists():
+        return src
+    in_checkout = Path(checkout) / path
+    return str(in_checkout.resolve()) if in_checkout.is_dir() else src
+
+
+# The files a tokenizer is built from, any one of which is enough: a fast tokenizer, a
+# sentencepiece model, a BPE vocabulary with its merges, a WordPiece vocabulary.
+TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("spiece.model",), ("vocab.json", "merges.txt"),
+                   ("vocab.txt",))
+
+
+def tokenizer_files_problem(folder: str | Path) -> str | None:
+    """Why a local verifier folder holds no usable tokenizer (None when it holds one): the data,
+    the benchmark prompts and the chat template all go through the tokenizer saved beside the model."""
+    folder = Path(folder)
+    if any(all((folder / f).is_file() for f in files) for files in TOKENIZER_FILES):
+        return None
+    looked = ", ".join(" with ".join(files) for files in TOKENIZER_FILES)
+    return (f"{str(folder)!r} has no usable tokenizer files (looked for {looked}; allowed: a folder with its "
+            "tokenizer saved beside the model, tokenizer.save_pretrained)")
+
+
 def default_aux_layer_ids(layers: int) -> list[int]:
     """The aux-layer ids of a verifier of depth ``layers`` when the config gives none:
     ``[1, L/2 - 1, L - 3]`` in the speculators convention (``domino.aux``), the rule behind the
@@ -254,7 +288,7 @@ def check_verifier_config(c: dict, key: str = "verifier.source", shape: bool = T
             raise ConfigError(f"{key}: {cap} {c[cap]} (allowed: null; soft-capped logits are not served here)")
 
 
-def _verifier_facts(cfg: dict) -> dict | None:
+def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | None:
     """Layers, vocabulary and tokenizer size of the configured verifier, when knowable offline."""
     v = cfg["verifier"]
     if v["source"] == "gguf":
@@ -279,9 +313,10 @@ def _verifier_facts(cfg: dict) -> dict | None:
     path = Path(src).expanduser()
     if not path.exists():
         if is_local_source(src):
+            also = f", then the checkout, here {Path(checkout).resolve()}" if checkout is not None else ""
             raise ConfigError(f"verifier.source: {src!r} does not exist (allowed: 'embedded', a hub id like "
                               "'Qwen/Qwen3-0.6B', or an existing local directory; relative paths are read from "
-                              f"the run directory, here {Path.cwd()})")
+                              f"the run directory, here {Path.cwd()}{also})")
         return None  # a hub id: checked when it is loaded
     cfile = path / "config.json"
     if not cfile.exists():
@@ -298,6 +333,9 @@ def _verifier_facts(cfg: dict) -> dict | None:
     if missing:
         raise ConfigError(f"verifier.source: {cfile} lacks {', '.join(missing)} as integers (allowed: a complete "
                           "config.json)")
+    problem = tokenizer_files_problem(path)
+    if problem:
+        raise ConfigError(f"verifier.source: {problem}")
     head_dim = c.get("head_dim") or (c["hidden_size"] // c["num_attention_heads"]
                                      if isinstance(c.get("hidden_size"), int) and c.get("num_attention_heads") else None)
     facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None,
@@ -553,8 +591,9 @@ def merge(base: dict, overlay: dict) -> dict:
     return out
 
 
-def load_config(files: list[str | Path]) -> dict:
-    """Read and merge config files in order (later ones override), then validate."""
+def load_config(files: list[str | Path], checkout: str | Path | None = None) -> dict:
+    """Read and merge config files in order (later ones override), then validate (``checkout``:
+    as ``validate_config``)."""
     merged: dict = {}
     for f in files:
         try:
@@ -566,7 +605,7 @@ def load_config(files: list[str | Path]) -> dict:
         if not isinstance(data, dict):
             raise ConfigError(f"{f}: {type(data).__name__} at the top level (allowed: a mapping of config keys)")
         merged = merge(merged, data)
-    return validate_config(merged)
+    return validate_config(merged, checkout=checkout)
 
 
 def main(argv=None) -> None:

@@ -47,9 +47,15 @@ def check_files(path: str) -> None:
 
 
 def load_tokenizer(path: str):
-    """The verifier's tokenizer, from the same hub id or directory."""
+    """The verifier's tokenizer, from the same hub id or directory (a directory without usable
+    tokenizer files is refused naming it, where transformers' own message names no folder)."""
+    from .config import tokenizer_files_problem
+
     check_local(path)
     check_files(path)
+    problem = tokenizer_files_problem(path) if Path(path).expanduser().is_dir() else None
+    if problem:
+        raise VerifierError(problem)
     return AutoTokenizer.from_pretrained(path)
 
 

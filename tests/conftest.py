@@ -260,7 +260,8 @@ def load_config_files(*files, **verifier) -> dict:
 
 def random_verifier_dir(tmp_path) -> Path:
     """A config-only stand-in for ``python -m domino.tools.random_verifier`` output: Qwen3-0.6B's
-    config, a tokenizer config with a chat template, and the random-weights marker."""
+    config, a tokenizer config with a chat template, the files of a BPE vocabulary (empty), and
+    the random-weights marker."""
     from domino.card import scale
     from domino.shapes import QWEN3_0_6B
 
@@ -269,5 +270,7 @@ def random_verifier_dir(tmp_path) -> Path:
     (d / "config.json").write_text(json.dumps({"model_type": "qwen3", **{k: QWEN3_0_6B[k] for k in (
         "num_hidden_layers", "vocab_size", "hidden_size", "num_attention_heads", "head_dim")}}))
     (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    (d / "vocab.json").write_text("{}")
+    (d / "merges.txt").write_text("")
     (d / scale.RANDOM_WEIGHTS_MARKER).write_text("{}")
     return d

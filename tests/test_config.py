@@ -41,7 +41,16 @@ def _qwen3_dir(tmp_path, **over):
          "hidden_size": 64}
     c.update(over)
     (d / "config.json").write_text(json.dumps(c))
+    _tokenizer_files(d)
     return str(d)
+
+
+def _tokenizer_files(d):
+    """The least a verifier folder's tokenizer holds for the config check: the files of a BPE
+    vocabulary (empty here) and a chat template."""
+    (d / "vocab.json").write_text("{}")
+    (d / "merges.txt").write_text("")
+    (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
 
 
 def _windowed_dir(tmp_path):

@@ -168,3 +168,73 @@ def test_plain_card_text_passes(key, text):
     for part in key.split("."):
         node = node[part]
     assert node == text
+
+
+# -----------------------------------------------------------------------------
+# a local verifier folder: its tokenizer files, and where a relative one is read
+
+
+def _verifier_folder(d, tokenizer=True):
+    """A Qwen3 verifier folder as the config check reads it: config.json, and a tokenizer (the files
+    of a BPE vocabulary, empty, with a chat template) unless ``tokenizer`` is False."""
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen3", "num_hidden_layers": 4, "vocab_size": 1024,
+                                               "hidden_size": 64, "num_attention_heads": 4}))
+    if tokenizer:
+        (d / "vocab.json").write_text("{}")
+        (d / "merges.txt").write_text("")
+        (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    return d
+
+
+@pytest.mark.parametrize("present", [[], ["tokenizer_config.json", "special_tokens_map.json"], ["merges.txt"]])
+def test_a_verifier_folder_without_usable_tokenizer_files_is_refused_naming_it(tmp_path, present):
+    """Only config.json, or a tokenizer config without the files it is built from (tokenizer.json
+    missing): refused by the config check, before prepare_data would find 0 usable conversations."""
+    d = _verifier_folder(tmp_path / "byo-verifier", tokenizer=False)
+    for name in present:
+        (d / name).write_text(json.dumps({"chat_template": "{{ messages }}"}) if name.endswith(".json") else "")
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with("verifier.source", str(d)))
+    assert str(err.value) == (
+        f"verifier.source: '{d}' has no usable tokenizer files (looked for tokenizer.json, tokenizer.model, "
+        "spiece.model, vocab.json with merges.txt, vocab.txt; allowed: a folder with its tokenizer saved beside the "
+        "model, tokenizer.save_pretrained)")
+
+
+def test_loading_the_tokenizer_of_such_a_folder_names_it(tmp_path):
+    from domino.verifier import VerifierError, load_tokenizer
+
+    d = _verifier_folder(tmp_path / "byo-verifier", tokenizer=False)
+    (d / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(VerifierError, match=rf"^'{d}' has no usable tokenizer files \(looked for tokenizer\.json"):
+        load_tokenizer(str(d))
+
+
+def test_a_relative_verifier_folder_is_read_from_the_checkout_when_the_run_directory_has_none(tmp_path, monkeypatch):
+    checkout, run = tmp_path / "checkout", tmp_path / "checkout" / "runs" / "x"
+    run.mkdir(parents=True)
+    monkeypatch.chdir(run)
+    _verifier_folder(checkout / "byo" / "tiny")
+    cfg = validate_config(_with("verifier.source", "byo/tiny"), checkout=checkout)
+    assert cfg["verifier"]["source"] == str(checkout / "byo" / "tiny")
+    _verifier_folder(run / "byo" / "tiny")  # the run directory's own folder comes first
+    assert validate_config(_with("verifier.source", "byo/tiny"), checkout=checkout)["verifier"]["source"] == "byo/tiny"
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with("verifier.source", "./byo/none"), checkout=checkout)
+    assert str(err.value).endswith(f"relative paths are read from the run directory, here {run}, then the "
+                                   f"checkout, here {checkout})")
+
+
+def test_a_run_with_directory_reads_a_relative_verifier_folder_from_the_checkout(tmp_path):
+    """``snakemake --directory runs/x`` with verifier.source byo/tiny, a folder of the checkout: the
+    dry run plans the run, and its jobs read the checkout's folder (by its absolute path)."""
+    repo = copy_repo(tmp_path)
+    _verifier_folder(repo / "byo" / "tiny")
+    (repo / "byo.yaml").write_text(yaml.safe_dump({"verifier": {"source": "byo/tiny", "name": "tiny"}}))
+    out = run_snakemake(repo, "-n", "-p", "--directory", "runs/x", "--configfile", "config.yaml", "byo.yaml", "--",
+                        "results/prepare_data/summary.json")
+    commands = [ln for ln in (out.stdout + out.stderr).splitlines() if " prepare_data " in ln and "--tokenizer" in ln]
+    assert commands, out.stdout + out.stderr
+    words = shlex.split(commands[0].removeprefix("Shell command: "))
+    assert words[words.index("--tokenizer") + 1] == str(repo / "byo" / "tiny")

@@ -13,7 +13,7 @@ from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
 # Validate before any job is scheduled: a bad value stops here, naming the key.
 try:
-    _validated = validate_config(config)
+    _validated = validate_config(config, checkout=workflow.basedir)  # a relative verifier folder: run dir, then checkout
 except ConfigError as _err:
     sys.exit(f"config error: {_err}")
 config.clear()
@@ -157,7 +157,8 @@ def _refuse_changing_overlays():
     start_over = (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
                   f"or delete results/ and {RUN_MARKER} to start over here")
     try:
-        before = load_config([os.path.join(workflow.basedir, f) for f in ["config.yaml", *recorded]])
+        before = load_config([os.path.join(workflow.basedir, f) for f in ["config.yaml", *recorded]],
+                             checkout=workflow.basedir)
     except ConfigError as err:
         sys.exit(f"config error: this directory holds a run with the overlays {recorded}, which no longer "
                  f"load ({err}); {start_over}")
