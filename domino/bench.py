@@ -16,8 +16,9 @@ Intervals are BCa bootstraps over prompts (``domino.stats``).
 from __future__ import annotations
 
 import logging
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import DynamicCache
@@ -314,7 +315,7 @@ def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
                    tie_tolerance: float | None, verify_rows: int = 0, turn: int | None = None,
-                   memo: dict | None = None) -> list[dict]:
+                   memo: dict | None = None, exact: bool = True) -> list[dict]:
     """Greedy decoding: every speculative continuation must equal the plain one decoded beside it.
     (A sampled one follows the same distribution, not the same tokens: tests/test_sampling.py.)
 
@@ -323,16 +324,22 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
     run's verify forward (1 + drafts per step), the shape ``divergence`` also recomputes under
     ``tie_tolerance`` None. ``turn``: the turn of a suite of several turns that ``encoded`` holds,
     recorded with each near tie and named in the error. ``memo``: ``divergence``'s, shared by the
-    checks of every run against one plain decode."""
+    checks of every run against one plain decode.
+
+    ``exact`` False (a low-precision verifier, whose logits move with a forward's row count): no
+    parting raises here; each is returned, marked ``within_noise`` by ``lossless_verdict``, for
+    ``float32_replay`` to judge, which is the check there."""
     near_ties, mismatches = [], []
     for task, ids, tm in zip(tasks, encoded, timings):
         if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
             continue
         d = divergence(verifier, ids, tm.plain.new_token_ids, tm.speculative.new_token_ids,
                        verify_rows if tie_tolerance is None else 0, memo)
-        if lossless_verdict(d, tie_tolerance) == "near-tie":
+        verdict = lossless_verdict(d, tie_tolerance)
+        if verdict == "near-tie" or not exact:
             near_ties.append({"task_id": task["task_id"], **({"turn": turn} if turn else {}),
-                              "between": "speculative/plain", **d})
+                              "between": "speculative/plain", **d,
+                              **({} if exact else {"within_noise": verdict == "near-tie"})})
         else:
             gap = "n/a (one output ended)" if d["gap"] is None else f"{d['gap']:.4f}"
             noise = f", row-count noise {d['noise']:.4f}" if d.get("noise") is not None else ""
@@ -344,6 +351,44 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
                              f"{'null: the row-count noise' if tie_tolerance is None else tie_tolerance} covers "
                              "only smaller logit gaps)")
     return near_ties
+
+
+def float32_replay(loaded32: Loaded, run: str, tasks: list[dict], encoded: list[list[int]],
+                   timings: list[PromptTiming], max_new_tokens: int, turn: int | None = None) -> int:
+    """The exact lossless check of a low-precision benchmark: every prompt whose speculative
+    output parted from plain greedy's is decoded again in float32 (``loaded32``: the same verifier
+    and drafters, loaded in float32), plain and by ``run``'s drafter, and the two must agree token
+    for token; a parting there raises, naming the prompt and the position. Returns the number of
+    prompts replayed. In float32 on a CPU a forward's logits do not move with its row count, so a
+    correct loop cannot part there, while a loop that accepts a draft the verifier does not rank
+    first parts wherever the low-precision one did."""
+    v, stop, draft = loaded32.verifier, loaded32.stop_ids, loaded32.drafts[run]
+    replayed, defects = 0, []
+    for task, ids, tm in zip(tasks, encoded, timings):
+        if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
+            continue
+        plain = decode(v, ids, max_new_tokens, stop).new_token_ids
+        spec = decode(v, ids, max_new_tokens, stop, draft=draft).new_token_ids
+        replayed += 1
+        if plain != spec:
+            t = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
+            defects.append(f"{task['task_id']}" + (f" turn {turn}" if turn else "") + f" at new token {t}")
+    if defects:
+        raise BenchmarkError(f"{run}: replayed in float32, the speculative output still parts from plain greedy on "
+                             f"{len(defects)} prompts ({'; '.join(defects[:5])}): decoding is not lossless")
+    return replayed
+
+
+def margin_signs(partings: list[dict]) -> dict:
+    """Which token the whole-prefix forward prefers at each parting (``divergence``'s first margin,
+    plain token minus speculative token): a correct loop's partings fall on both sides, a loop that
+    accepts drafts the verifier ranks lower favours the plain token. A two-sided sign test over the
+    partings with a preference (exact binomial, p = 1/2)."""
+    margins = [p["margins"][0] for p in partings if p.get("margins")]
+    plus, minus = sum(m > 0 for m in margins), sum(m < 0 for m in margins)
+    n, k = plus + minus, min(plus, minus)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return {"plain_preferred": plus, "speculative_preferred": minus, "ties": len(margins) - n, "sign_test_p": p}
 
 
 def speed_summary(timings: list[PromptTiming], seed: int, greedy: bool = True) -> dict:
@@ -556,22 +601,38 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     floors = step_floors(loaded, encoded, turns[0][1])
     results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
     specs = {s.run: s for s in lookups}
+    exact = config.verifier_dtype == "float32"  # else every parting is replayed in float32 (float32_replay)
+    loaded32, replay_seconds = None, 0.0
     for run in (PLAIN, *checkpoint_dirs, *specs):
         per_turn = [(enc, [d.timing(run) for d in ds]) for enc, ds in turns]
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
         near_ties = [d for k, (enc, timings) in enumerate(per_turn) if config.greedy
                      for d in lossless_check(loaded.verifier, tasks, enc, timings, tol, 1 + drafts_per_step,
-                                             k + 1 if n_turns > 1 else None, memo)]
+                                             k + 1 if n_turns > 1 else None, memo, exact)]
+        replay = None
+        if config.greedy and not exact and run != PLAIN:
+            t0 = time.perf_counter()
+            if near_ties and loaded32 is None:
+                loaded32 = load_models(replace(config, verifier_dtype="float32"), verifier_path, checkpoint_dirs,
+                                       lookups)
+            replayed = sum(float32_replay(loaded32, run, tasks, enc, timings, config.max_new_tokens,
+                                          k + 1 if n_turns > 1 else None)
+                           for k, (enc, timings) in enumerate(per_turn)) if near_ties else 0
+            replay_seconds += time.perf_counter() - t0
+            replay = {"dtype": "float32", "replayed": replayed, "defects": 0,
+                      "beyond_noise": sum(not d["within_noise"] for d in near_ties), **margin_signs(near_ties)}
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
                         **({"lookup": specs[run].record()} if run in specs else {}),
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
-                        | {"floor": floors.get(run)},
+                        | {"floor": floors.get(run)} | ({"lossless_replay": replay} if replay else {}),
                         "prompts": prompt_records(tasks, encoded, timings, per_turn if n_turns > 1 else None)}
     if memo:
         logger.info("lossless check: %d partings from plain greedy, their forwards computed for %d",
                     sum(len(r["summary"].get("near_tie_divergences", [])) for r in results.values()), len(memo))
     memo.clear()
+    if loaded32 is not None:
+        logger.info("lossless check: the partings replayed in float32 in %.1f s, every one identical", replay_seconds)
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result, seal=True)  # the card refuses an altered results file
         s = result["summary"]

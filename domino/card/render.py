@@ -17,7 +17,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..io import write_text
-from .claims import claim_rows, claims_scope, differences_clause
+from .claims import REPEATING_SHARE, claim_rows, claims_scope, differences_clause, repeating_share
 from .filters import environment
 from .html import write_html
 from .paths import PLOTS, TEMPLATES, CardPaths, html_path
@@ -86,7 +86,7 @@ def _plain_seconds_per_token(res: dict, run: str) -> float:
 def _pos_estimates(bench: dict) -> list[Estimate | None]:
     """[pos_0, pos_1, pos_2, pos_3, pos_4+] with intervals (the recorded ones for pos_0..pos_3, a
     derived one for pos_4+, the SUM over positions >= 4); None for a position not drafted."""
-    per_pos = position_estimates(bench["summary"])
+    per_pos = position_estimates(bench["summary"], sum(1 for p in bench["prompts"] if p["accepted_per_step"]))
     return [per_pos[i] if i < len(per_pos) else None for i in range(4)] + [tail_estimate(bench, 4)]
 
 
@@ -117,6 +117,7 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
         "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
         "al": s["acceptance_length"], "tps": s["tps"], "matches_baseline": s["matches_baseline"],
         "near_ties": len(s["near_tie_divergences"]), "tie_tolerance": s["tie_tolerance"],
+        "replay": s.get("lossless_replay"),
         "is_ref": ckpt == COMPARE_TO,
         "pos": [None if e is None else e.value for e in pos_est],
         "cond": [None if e is None else e.value for e in cond_est],
@@ -144,7 +145,7 @@ def _lookup_row(res: dict, run: str) -> dict:
             "vs_ref": compare(bench, res["benchmark"][COMPARE_TO]),
             "domino_vs": compare(res["benchmark"]["domino"], bench),
             "matches_baseline": s["matches_baseline"], "near_ties": len(s["near_tie_divergences"]),
-            "tie_tolerance": s["tie_tolerance"], "cost": step_cost(s, plain_per_token),
+            "tie_tolerance": s["tie_tolerance"], "replay": s.get("lossless_replay"), "cost": step_cost(s, plain_per_token),
             "lookup": bench["lookup"]}
 
 
@@ -348,6 +349,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     return {
         "claims": claim_rows(res["benchmark"], LABELS, scope), "claims_scope": scope,
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
+        "repeating": repeating_share(res["benchmark"]["baseline"]["summary"]), "repeating_limit": REPEATING_SHARE,
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
