@@ -238,3 +238,13 @@ def test_a_run_with_directory_reads_a_relative_verifier_folder_from_the_checkout
     assert commands, out.stdout + out.stderr
     words = shlex.split(commands[0].removeprefix("Shell command: "))
     assert words[words.index("--tokenizer") + 1] == str(repo / "byo" / "tiny")
+
+
+def test_the_docs_quote_the_lines_these_cases_print():
+    """docs/reliability.md's table of what a user brings quotes each config error as it is printed."""
+    doc = (ROOT / "docs" / "reliability.md").read_text()
+    for key, value in [("vllm.python", INJECTION), ("vllm.python", "python -c pass"),
+                       ("report.model_name", "Domino-b8\n# Heading\n![x](https://example.com/x.png)")]:
+        with pytest.raises(ConfigError) as err:
+            validate_config(_with(key, value))
+        assert f"config error: {err.value}".replace("|", "\\|") in doc, err.value
