@@ -97,3 +97,20 @@ def test_regenerated_answers_that_differ_only_in_their_rate_are_identical(tmp_pa
     (runs[1] / "results" / "regenerate" / "train.json").write_text(json.dumps(
         {"conversations": 194, "cut": 3, "generated_tokens": 9000, "seconds": 1.0, "tokens_per_second": 9000.0}))
     assert compare.compare_runs(*runs) == ["results/regenerate/train.json differs"]
+
+
+def test_the_kill_matrix_runs_a_directory_reference_inside_a_checkout(tmp_path):
+    """--reference runs/x, made with snakemake --directory, holds no Snakefile: a --forcerun trial
+    lays it over a copy of the checkout, so the documented command finds the workflow."""
+    from domino.tools.kill_matrix import copy_run
+
+    reference = tmp_path / "runs" / "x"
+    (reference / "results").mkdir(parents=True)
+    (reference / "results" / "a.json").write_text("{}")
+    (reference / ".snakemake").mkdir()
+    trial = copy_run(reference, tmp_path / "trial", [])
+    assert (trial / "Snakefile").is_file() and (trial / "workflow").is_dir() and (trial / "config.yaml").is_file()
+    assert (trial / "results" / "a.json").read_text() == "{}" and (trial / ".snakemake").is_dir()
+    (reference / "Snakefile").write_text("# a run made in its own checkout")
+    again = copy_run(reference, tmp_path / "again", [])
+    assert (again / "Snakefile").read_text() == "# a run made in its own checkout" and not (again / "workflow").exists()

@@ -61,6 +61,17 @@ def copy_checkout(dst: Path, overlays: list[str]) -> Path:
     return dst
 
 
+def copy_run(reference: Path, dst: Path, overlays: list[str]) -> Path:
+    """A finished run copied where the documented command runs on it: the run's folder itself
+    when it holds the checkout (a run made in the checkout), else (a run made with ``snakemake
+    --directory``, which holds only the run's outputs and Snakemake's records) a copy of the
+    checkout with the run's folder laid over it."""
+    if not (reference / "Snakefile").exists():
+        copy_checkout(dst, overlays)
+    shutil.copytree(reference, dst, symlinks=True, dirs_exist_ok=True)
+    return dst
+
+
 def command(overlays: list[str], forcerun: str | None = None) -> list[str]:
     """The documented command: the card, with the run's overlays (and a forced rule)."""
     exe = Path(sys.executable).with_name("snakemake")
@@ -205,7 +216,7 @@ def trial(rule: str, k: int, jobs: list[Job], reference: Path, work: Path, overl
         d = work / f"{rule}-{k}"
         shutil.rmtree(d, ignore_errors=True)
         if forcerun:
-            shutil.copytree(reference, d, symlinks=True)
+            copy_run(reference, d, overlays)
         else:
             copy_checkout(d, overlays)
         w = Watched(cmd, d, work / f"{rule}-{k}.killed.log")
