@@ -226,7 +226,8 @@ def test_benchmark_numbers(rendered):
         a, a_ci = bench[c]["per_position_acceptance"], bench[c]["per_position_acceptance_ci"]
         for i in range(4):
             if a[i] == 0:  # nothing accepted: the count and its upper bound
-                assert re.fullmatch(r"0 of [\d,]+ steps \(95% upper bound 0\.\d{3}\)", per_pos[LABELS[c]][1 + i])
+                assert re.fullmatch(r"0 of [\d,]+ steps \(95% upper bound over \d+ prompts: 0\.\d{3}\)",
+                                    per_pos[LABELS[c]][1 + i])
             else:
                 check_ci(per_pos[LABELS[c]][1 + i], a[i], a_ci[i], 3)
         tail = per_pos[LABELS[c]][5]
@@ -590,7 +591,8 @@ def test_teacher_forced_vs_served(rendered):
             if i > 0 and s["per_position_acceptance"][i - 1] == 0:
                 assert served_cell == "0 of 0 steps"  # no step reached the position
             elif s["conditional_acceptance"][i] == 0:
-                assert re.fullmatch(r"0 of [\d,]+ steps \(95% upper bound [\d.]+%\)", served_cell), served_cell
+                assert re.fullmatch(r"0 of [\d,]+ steps \(95% upper bound over \d+ prompts: [\d.]+%\)",
+                                    served_cell), served_cell
             else:
                 check_num(served_cell.split(" [")[0], 100 * s["conditional_acceptance"][i], 1, "%")
     # the acceptance length teacher forcing counts per anchor (validate's), not a product of the
@@ -706,9 +708,61 @@ def test_zero_rates_print_as_counts_with_an_upper_bound():
     from domino.card.filters import ci
     from domino.card.tables import Estimate, zero_estimate
     zero = zero_estimate(1234, 40, 0.95)
-    assert ci(zero) == f"0 of 1,234 steps (95% upper bound {1 - 0.025 ** (1 / 40):.3f})"
+    assert ci(zero) == f"0 of 1,234 steps (95% upper bound over 40 prompts: {1 - 0.025 ** (1 / 40):.3f})"
     assert ci(zero_estimate(0, 0, 0.95)) == "0 of 0 steps"  # a position no step reached
     assert ci(Estimate(0.5, 0.4, 0.6)) == "0.500 [0.400, 0.600]"
+
+
+def test_an_acceptance_length_with_nothing_accepted_prints_an_upper_bound():
+    """A run (or a category of tasks) that accepted no draft has acceptance length 1; its recorded
+    bootstrap interval is the point [1, 1], which would say the figure is known exactly. The card
+    prints the count and the exact bound over the prompts: a step accepts at most D drafts, so
+    AL <= 1 + D * b, b the share of steps accepting a draft (0 of N over P prompts)."""
+    from domino.card.filters import ci
+    from domino.card.tables import category_rows, estimate, unaccepted_length
+    from domino.stats import zero_upper_bound
+
+    bound = 1 + 8 * zero_upper_bound(10)
+    assert ci(unaccepted_length(7888, 10, 8, 0.95)) == \
+        f"1.000, no draft accepted in 7,888 steps (95% upper bound over 10 prompts: {bound:.3f})"
+    summary = {"acceptance_length": 1.0, "acceptance_length_ci": [1.0, 1.0], "accepted": 0, "steps": 7888,
+               "drafts_per_step": 8, "prompts": 10, "bootstrap": {"level": 0.95}}
+    est = estimate(summary, "acceptance_length")
+    assert (est.low, est.high) == (1.0, pytest.approx(bound)) and "[1.000, 1.000]" not in ci(est)
+    assert estimate({**summary, "accepted": 5}, "acceptance_length")[:3] == (1.0, 1.0, 1.0)  # the recorded interval
+    # a category in which one run accepted nothing (MT-Bench humanities): its tasks' bound, not [1.000, 1.000]
+    base = fixture("benchmark/humaneval/domino.json")
+    benches = {}
+    for run in ("domino", "dflash-noshift"):
+        b = fixture(f"benchmark/humaneval/{run}.json")
+        for i, p in enumerate(b["prompts"]):
+            p["category"] = "humanities" if i < 4 else "coding"
+            if run == "dflash-noshift" and i < 4:
+                p["accepted_per_step"] = [0] * len(p["accepted_per_step"])
+        benches[run] = b
+    rows = {r.category: r for r in category_rows(benches, "domino", "dflash-noshift")}
+    zero = rows["humanities"].acceptance_length["dflash-noshift"]
+    steps = sum(len(p["accepted_per_step"]) for p in benches["dflash-noshift"]["prompts"][:4])
+    assert (zero.value, zero.successes, zero.trials, zero.prompts) == (1.0, 0, steps, 4)
+    assert ci(zero).startswith(f"1.000, no draft accepted in {steps:,} steps (95% upper bound over 4 prompts: ")
+    assert rows["coding"].acceptance_length["dflash-noshift"].successes is None
+    assert base["summary"]["accepted"] > 0
+
+
+def test_an_exact_tie_reads_no_difference(results_copy, tmp_path):
+    """Two runs that decode alike tie exactly, +0.0% [+0.0%, +0.0%]: the appendix says "no
+    difference", not that the interval includes zero (nor, in a verdict, "opposite direction")."""
+    src = json.loads((results_copy / "benchmark" / "humaneval" / "domino.json").read_text())
+    (results_copy / "benchmark" / "humaneval" / "dflash-shift.json").write_text(
+        json.dumps({**src, "run": "dflash-shift", "checkpoint": "results/train/dflash-shift/checkpoint"}))
+    render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE)
+    text = (tmp_path / "model_card_appendix.md").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("- Domino's acceptance length differs from "
+                                                                        "DFlash shift's"))
+    assert line == ("- Domino's acceptance length differs from DFlash shift's by +0.0% (no difference: its interval "
+                    "is exactly zero); its speedup by +0.0% (no difference: its interval is exactly zero).")
+    assert claims.verdict(0.277, iv(0.0, 0.0, 0.0)) == claims.NO_DIFFERENCE == "no difference"
+    assert claims.verdict(1.0, iv(0.0, 0.0, 0.0)) == claims.NO_DIFFERENCE  # a ratio claim (9.70x) printed 1.00x
 
 
 def test_a_drafter_without_a_fifth_draft_position_has_no_tail_figure():
@@ -734,6 +788,8 @@ def iv(value, low, high):
     (0.178, iv(0.034, -0.026, 0.100), claims.SAME_NOT_SEPARATED),  # the run's TPS figure: reaches zero
     (0.178, iv(-0.05, -0.30, 0.20), claims.OPPOSITE_NOT_SEPARATED),
     (0.178, iv(0.0, -0.1, 0.1), claims.OPPOSITE_NOT_SEPARATED),   # an estimate of exactly zero has no side
+    (0.178, iv(0.0, 0.0, 0.0), claims.NO_DIFFERENCE),             # an exact tie: +0.0% [+0.0%, +0.0%]
+    (8.7, iv(0.0, 0.0, 0.0), claims.NO_DIFFERENCE),               # 1.00x [1.00x, 1.00x] against 9.70x
     (0.277, iv(-0.20, -0.30, -0.10), claims.CONTRADICTED),
     (-0.10, iv(-0.12, -0.20, -0.05), claims.REPRODUCED),          # a published decrease
     (-0.10, iv(0.12, 0.05, 0.20), claims.CONTRADICTED),
@@ -754,11 +810,12 @@ CLAIMS_HEADER = "| Claim | Published | This run (95% interval) | Verdict |"
 SHOWN = re.compile(r"([+-]?[\d.]+)(%|×) \[([+-]?[\d.]+)(?:%|×), ([+-]?[\d.]+)(?:%|×)\]")
 
 
-def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER_VERIFIER) -> list[str]:
+def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER_VERIFIER,
+                 repeating: bool = False) -> list[str]:
     """The claims table: one row per published claim, this run's paired figure as computed here from
     the benchmark files, and a verdict that follows from the printed interval; the card's opening
-    repeats each verdict for a reproduction, and only this run's figures for another verifier.
-    Returns the verdicts."""
+    repeats each verdict for a reproduction, and only this run's figures for another verifier; a
+    run whose plain outputs repeat (``repeating``) has no opening figures at all. Returns the verdicts."""
     rows = table(repro, CLAIMS_HEADER)
     assert len(rows) == len(published.CLAIMS)
     verdicts = []
@@ -782,7 +839,9 @@ def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER
                 abs(x - y) <= rounding for x in (printed.low, printed.high) for y in (0.0, claim["published"]))
         assert row[3] in claims.VERDICTS
         verdicts.append(row[3])
-    if scope == claims.REPRODUCTION:
+    if repeating:
+        assert "> **No headline and no verdict:**" in card and "> **Published claims**" not in card
+    elif scope == claims.REPRODUCTION:
         line = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
         assert [v for v in re.findall(r"\*\*([^*]+)\*\*;", line)] == verdicts
         assert "this run differs in scale (" in line and "in backend (" in line and "in hardware (" in line
@@ -824,6 +883,28 @@ def test_the_claims_section_follows_what_the_run_is(tmp_path, kind, scope):
     assert ("> **Published claims**," in card) == (scope == claims.REPRODUCTION)
 
 
+@pytest.mark.parametrize("kind", ["hub", "embedded"])
+def test_a_verifier_that_repeats_itself_gets_no_headline_and_no_verdict(results_copy, tmp_path, kind):
+    """A run whose plain outputs repeat (most of their 4-grams repeat an earlier one: a verifier
+    writing one token forever) opens with one sentence saying why it has no headline, and the main
+    card gives no verdict; below the limit the opening is the usual one."""
+    p = results_copy / "benchmark" / "humaneval" / "baseline.json"
+    b = json.loads(p.read_text())
+    b["summary"]["repeated_4gram_share"] = 0.97
+    p.write_text(json.dumps(b))
+    render_results(results_copy, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
+    card = (tmp_path / "model_card.md").read_text()
+    why = [line for line in card.splitlines() if line.startswith("> **No headline and no verdict:**")]
+    assert why == ["> **No headline and no verdict:** the verifier's own greedy outputs repeat themselves (97.0% of "
+                   "their 4-grams repeat an earlier one, above the card's limit of 50.0%), and a verifier that loops is "
+                   "easy to draft for, so no acceptance or speed measured here says how the drafter does on text."]
+    assert "> **Published claims**" not in card and "on this verifier**" not in card
+    assert not any(f"**{v}**" in card for v in claims.VERDICTS)
+    assert claims.repeating_share(b["summary"]) == 0.97
+    assert claims.repeating_share({**b["summary"], "repeated_4gram_share": 0.4}) is None
+    assert claims.repeating_share({}) is None  # a results file without the check
+
+
 def test_claims_table_on_the_fixtures(rendered):
     out, _, _, repro = rendered
     benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
@@ -838,8 +919,9 @@ def test_claims_on_the_micro_run(micro_run):
     """Each verdict of the finished micro run follows from its interval."""
     reports = micro_run / "reports"
     benches = {c: json.loads((micro_run / "results" / "benchmark" / "humaneval" / f"{c}.json").read_text()) for c in CKPTS}
+    plain = json.loads((micro_run / "results" / "benchmark" / "humaneval" / "baseline.json").read_text())["summary"]
     verdicts = check_claims((reports / "model_card.md").read_text(), (reports / "reproduction.md").read_text(),
-                            benches)
+                            benches, repeating=claims.repeating_share(plain) is not None)
     assert len(verdicts) == 3
 
 

@@ -14,7 +14,11 @@ The verdict, stated once (``verdict``; docs/results.md quotes it), with ``p`` th
 * **same direction, interval includes zero**: the estimate lies on the side of ``p``, the interval
   reaches 0: these prompts do not separate the two checkpoints;
 * **opposite direction, interval includes zero**: the estimate lies on the other side of 0, the
-  interval reaches 0 (an estimate of exactly 0 counts here);
+  interval reaches 0;
+* **no difference**: the estimate and both ends of the interval are exactly 0 (the two checkpoints
+  give the same figure on every resample of the prompts: they tie);
+* an estimate of exactly 0 whose interval is not a point at 0 has no side, and counts as
+  **opposite direction, interval includes zero** (it does not lean the published way);
 * **contradicted**: the interval leaves out 0 on the other side;
 * **no figure**: the run cannot measure the difference (B never accepted a draft there);
 * **not tested: random verifier**: the verifier has random weights, so no acceptance it yields,
@@ -48,14 +52,28 @@ REPRODUCED = "reproduced in direction and size"
 OTHER_SIZE = "same direction, different size"
 SAME_NOT_SEPARATED = "same direction, interval includes zero"
 OPPOSITE_NOT_SEPARATED = "opposite direction, interval includes zero"
+NO_DIFFERENCE = "no difference"
 CONTRADICTED = "contradicted"
 NO_FIGURE = "no figure"
 NOT_TESTED = "not tested: random verifier"
-VERDICTS = (REPRODUCED, OTHER_SIZE, SAME_NOT_SEPARATED, OPPOSITE_NOT_SEPARATED, CONTRADICTED, NO_FIGURE, NOT_TESTED)
+VERDICTS = (REPRODUCED, OTHER_SIZE, SAME_NOT_SEPARATED, OPPOSITE_NOT_SEPARATED, NO_DIFFERENCE, CONTRADICTED, NO_FIGURE,
+            NOT_TESTED)
 
 REPRODUCTION = "reproduction"
 OTHER_VERIFIER = "other verifier"
 RANDOM_VERIFIER = "random verifier"
+
+
+REPEATING_SHARE = 0.5  # plain outputs with more of their 4-grams repeating an earlier one: a looping verifier
+
+
+def repeating_share(plain_summary: dict) -> float | None:
+    """The share of the plain (verifier-only) outputs' 4-grams that repeat an earlier one
+    (``summary.repeated_4gram_share``) when it exceeds ``REPEATING_SHARE``, else None. A verifier
+    that loops (a random-weight one writing one token forever) is easy to draft for: its acceptance
+    says nothing of the drafter on text, so such a run's card gives no headline and no verdict."""
+    share = plain_summary.get("repeated_4gram_share")
+    return float(share) if share is not None and share > REPEATING_SHARE else None
 
 
 def claims_scope(scale: ScaleStatement) -> str:
@@ -75,6 +93,8 @@ def verdict(published: float, measured: Estimate | None) -> str:
     if measured is None:
         return NO_FIGURE
     side = 1.0 if published > 0 else -1.0
+    if measured.value == measured.low == measured.high == 0.0:
+        return NO_DIFFERENCE
     if measured.low <= 0.0 <= measured.high:
         return SAME_NOT_SEPARATED if side * measured.value > 0 else OPPOSITE_NOT_SEPARATED
     if side * measured.low > 0:  # the whole interval on the published side

@@ -79,11 +79,18 @@ def ci(est: Estimate | None, kind: str = "f3") -> str:
 
 
 def zero_count(est: Estimate, kind: str = "f3") -> str:
-    """A rate with nothing counted, as the count it is: "0 of 1,234 steps (95% upper bound 0.012)";
-    "0 of 0 steps" where no step reached the position."""
+    """A rate with nothing counted, as the count it is, with its upper bound and what the bound is
+    taken over: "0 of 1,234 steps (95% upper bound over 40 prompts: 0.012)"; "0 of 0 steps" where
+    no step reached the position. An acceptance length with nothing accepted (value 1):
+    "1.000, no draft accepted in 1,234 steps (95% upper bound over 40 prompts: 1.090)"."""
     if not est.trials:
         return "0 of 0 steps"
-    return f"0 of {est.trials:,} steps (95% upper bound {INTERVAL_FORMATS[kind](est.high)})"
+    fmt = INTERVAL_FORMATS[kind]
+    over = "" if est.prompts is None else f" over {est.prompts:,} prompt{'' if est.prompts == 1 else 's'}:"
+    bound = f"(95% upper bound{over} {fmt(est.high)})"
+    if est.value != 0:
+        return f"{fmt(est.value)}, no draft accepted in {est.trials:,} steps {bound}"
+    return f"0 of {est.trials:,} steps {bound}"
 
 
 def each(value, kind: str = "plain_value") -> str:

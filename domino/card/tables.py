@@ -35,6 +35,7 @@ class Estimate(NamedTuple):
     high: float
     successes: int | None = None  # for a rate: the steps counted (0: nothing accepted, printed as a count)
     trials: int | None = None     # the steps it rests on (0: no step reached the position)
+    prompts: int | None = None    # with nothing counted: the prompts the upper bound is taken over
 
     def excludes(self, x: float) -> bool:
         """Whether the interval leaves out ``x``."""
@@ -42,25 +43,40 @@ class Estimate(NamedTuple):
 
 
 def estimate(summary: dict, key: str) -> Estimate:
-    """``summary[key]`` with its recorded interval ``summary[key + "_ci"]``."""
+    """``summary[key]`` with its recorded interval ``summary[key + "_ci"]``; the acceptance length
+    of a drafter that accepted nothing is ``unaccepted_length`` (its recorded interval is the point
+    [1, 1])."""
+    if key == "acceptance_length" and summary.get("drafts_per_step") and summary.get("accepted") == 0 \
+            and summary.get("steps"):
+        level = float(summary.get("bootstrap", {}).get("level", LEVEL))
+        return unaccepted_length(summary["steps"], summary["prompts"], summary["drafts_per_step"], level)
     return Estimate(summary[key], *summary[f"{key}_ci"])
 
 
 def zero_estimate(trials: int, prompts: int, level: float) -> Estimate:
     """A rate with nothing counted: 0 of ``trials`` steps, up to the exact binomial bound over the
     ``prompts`` it came from (``domino.stats.zero_upper_bound``: steps of a prompt are not independent)."""
-    return Estimate(0.0, 0.0, zero_upper_bound(prompts, level), 0, trials)
+    return Estimate(0.0, 0.0, zero_upper_bound(prompts, level), 0, trials, prompts)
 
 
-def position_estimates(summary: dict) -> list[Estimate]:
+def unaccepted_length(steps: int, prompts: int, drafts_per_step: int, level: float) -> Estimate:
+    """The acceptance length of steps that accepted no draft: 1, up to ``1 + D * b`` with ``b`` the
+    exact upper bound of the share of steps accepting a draft over the ``prompts`` (a step accepts
+    at most D drafts), not the point interval [1, 1] a bootstrap of nothing gives."""
+    return Estimate(1.0, 1.0, 1.0 + drafts_per_step * zero_upper_bound(prompts, level), 0, steps, prompts)
+
+
+def position_estimates(summary: dict, prompts_with_steps: int | None = None) -> list[Estimate]:
     """Per-position acceptance a_i with its recorded interval; a position no step accepted is
-    "0 of N steps" with an upper bound (the recorded one, or the exact bound over the prompts)."""
+    "0 of N steps" with an upper bound: the recorded one, the exact bound over the prompts with a
+    step (``prompts_with_steps``, default every prompt of the summary)."""
     values, bounds = summary["per_position_acceptance"], summary["per_position_acceptance_ci"]
     level = float(summary.get("bootstrap", {}).get("level", LEVEL))
+    prompts = summary["prompts"] if prompts_with_steps is None else prompts_with_steps
     out = []
     for v, (low, high) in zip(values, bounds, strict=True):
         if v == 0:
-            zero = zero_estimate(summary["steps"], summary["prompts"], level)
+            zero = zero_estimate(summary["steps"], prompts, level)
             out.append(zero._replace(high=high) if high > 0 else zero)
         else:
             out.append(Estimate(v, low, high))
@@ -97,8 +113,8 @@ def tail_estimate(bench: dict, start: int = 4) -> Estimate | None:
         return None
     value = float(sum(per_position[start:]))
     accepted, boot = _accepted(bench), bootstrap_settings(bench)
-    if not any(accepted):
-        return Estimate(value, value, value)
+    if not any(accepted):  # no prompt took a step: nothing to bound
+        return zero_estimate(0, 0, boot.level)
     if value == 0:
         return zero_estimate(int(_at_least(accepted, 0).sum()), sum(1 for p in accepted if p), boot.level)
     beyond = np.array([sum(max(0, c - start) for c in p) for p in accepted], dtype=float)
@@ -168,6 +184,10 @@ def category_rows(benches: dict[str, dict], a: str, b: str) -> list[CategoryRow]
         acc = {run: [bench["prompts"][i]["accepted_per_step"] for i in idx] for run, bench in benches.items()}
         als = {}
         for run, lists in acc.items():
+            if not any(c for p in lists for c in p):  # nothing accepted: an upper bound, not [1, 1]
+                als[run] = unaccepted_length(sum(map(len, lists)), sum(1 for p in lists if p),
+                                             benches[run]["summary"]["drafts_per_step"], boot.level)
+                continue
             iv = acceptance_length_pooled(lists, boot.resamples, boot.seed, boot.level)
             als[run] = Estimate(iv.estimate, iv.low, iv.high)
         d = acceptance_length_difference(acc[a], acc[b], boot.resamples, boot.seed, boot.level)
