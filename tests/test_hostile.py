@@ -33,7 +33,7 @@ def _config(**sections):
 
 @pytest.mark.parametrize("python", [
     INJECTION, "$(touch pwned.txt)", "`touch pwned.txt`", "python|tee pwned.txt", "python\ntouch pwned.txt",
-    "python > pwned.txt", "python -c pass", "-c", "~/venv/bin/python", "python'", "python&",
+    "python > pwned.txt", "python -c pass", "-c", "~/venv/bin/python", "python'", "python&", "python\n",
 ])
 def test_a_vllm_python_that_is_no_interpreter_path_is_refused(python):
     with pytest.raises(ConfigError, match=r"^vllm\.python: .*\(allowed: (the|an|the path of an) interpreter"):
