@@ -33,7 +33,7 @@ from .model import Drafter
 from .prompts import SUITES, encode_turns, suite_tasks
 from .sampling import SamplingRule, seeded_generator
 from .stats import (LEVEL, RESAMPLES, Interval, acceptance_intervals, paired_rate_ratio,
-                    paired_speedup, ratio_of_sums)
+                    ratio_of_sums)
 from .timing import (PLAIN, TIMING, Decode, PromptDecodes, PromptTiming, merge_turns, paired_decodes,
                      tokens_per_second, untimed_tokens)
 from .verifier import eos_ids, load_tokenizer, load_verifier

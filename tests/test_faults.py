@@ -67,12 +67,15 @@ def _error_lines(log: Path) -> list[str]:
 VALIDATE = ("validate", {"checkpoint_dir": "results/train/domino/checkpoint",
                          "features": "results/extract_hidden_states/val/index.json", "out": "results/validate/domino.json"},
             {"checkpoint": "domino"}, ["results/validate/domino.json"])
+LOOKUPS = ("ngram", "ngram-domino")  # benchmark.ngram's rows
 BENCHMARK = ("benchmark", {"runs": list(RUNS), "verifier": "results/verifier/model",
                            "checkpoint_dirs": [f"results/train/{r}/checkpoint" for r in RUNS],
                            "baseline": "results/benchmark/humaneval/baseline.json",
-                           "outs": [f"results/benchmark/humaneval/{r}.json" for r in RUNS]},
+                           "outs": [f"results/benchmark/humaneval/{r}.json" for r in RUNS],
+                           "lookups": [f"results/benchmark/humaneval/{r}.json" for r in LOOKUPS]},
              {"suite": "humaneval"},
-             ["results/benchmark/humaneval/baseline.json", *[f"results/benchmark/humaneval/{r}.json" for r in RUNS]])
+             ["results/benchmark/humaneval/baseline.json",
+              *[f"results/benchmark/humaneval/{r}.json" for r in (*RUNS, *LOOKUPS)]])
 REPORT = ("report", {"results": "results", "stage_benchmarks": "benchmarks", "card": "reports/model_card.md",
                      "reproduction": "reports/reproduction.md"}, {}, ["reports/model_card.md", "reports/reproduction.md"])
 PREPARE = ("prepare_data", {"tokenizer": "results/verifier/tokenizer", "train": "results/prepare_data/train.jsonl",
