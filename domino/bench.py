@@ -25,7 +25,7 @@ from transformers import DynamicCache
 
 from .acceptance import acceptance_summary
 from .aux import AuxCapture
-from .common import hardware
+from .common import MachineLoad, hardware
 from .config import LOOKUP
 from .decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
 from .io import write_json
@@ -588,6 +588,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     tasks, encoded = encode_tasks(config, loaded.tokenizer, context, prompts)
     n_turns = len(tasks[0]["turns"])
     turns = []  # per turn: (its prompts, its paired decodes)
+    load = MachineLoad()  # what else the machine did during the timed decodes
     for k in range(n_turns):
         if k:
             said = [[ds[i].results[PLAIN].new_token_ids for _, ds in turns] for i in range(len(tasks))]
@@ -597,6 +598,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         desc = f"{SUITES[config.suite].display} ({decoding.describe()})" + (f", turn {k + 1}" if n_turns > 1 else "")
         turns.append((encoded_k, timed_decodes(loaded, encoded_k, config.max_new_tokens, desc=desc, decoding=decoding,
                                                first_index=k * len(tasks))))
+    machine_load = load.record()
     protocol = benchmark_protocol(config, len(tasks), n_turns)
     floors = step_floors(loaded, encoded, turns[0][1])
     results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
@@ -625,7 +627,8 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
                         **({"lookup": specs[run].record()} if run in specs else {}),
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
-                        | {"floor": floors.get(run)} | ({"lossless_replay": replay} if replay else {}),
+                        | {"floor": floors.get(run), "machine_load": machine_load}
+                        | ({"lossless_replay": replay} if replay else {}),
                         "prompts": prompt_records(tasks, encoded, timings, per_turn if n_turns > 1 else None)}
     if memo:
         logger.info("lossless check: %d partings from plain greedy, their forwards computed for %d",
@@ -636,9 +639,11 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result, seal=True)  # the card refuses an altered results file
         s = result["summary"]
-        logger.info("%s: %d tokens in %.1fs, %.1f tok/s (plain %.1f), paired speedup %.3f %s, AL %.3f %s", run,
+        logger.info("%s: %d tokens in %.1fs, %.1f tok/s (plain %.1f), paired speedup %.3f %s, AL %.3f %s%s", run,
                     s["new_tokens"], s["seconds"], s["tps"], s["plain_tps"], s["speedup"], _bracket(s["speedup_ci"]),
-                    s["acceptance_length"], _bracket(s["acceptance_length_ci"]))
+                    s["acceptance_length"], _bracket(s["acceptance_length_ci"]),
+                    " (timed on a loaded machine: other processes took {:.0%} of its CPU time)".format(
+                        machine_load["other_processes_share"]) if machine_load["loaded"] else "")
     return results
 
 

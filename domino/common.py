@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from contextlib import contextmanager
 
 import torch
@@ -38,6 +39,44 @@ def hardware() -> str:
         return torch.cuda.get_device_name(0)
     threads = torch.get_num_threads()
     return f"CPU {platform.machine()} ({os.cpu_count()} cores, {threads} torch thread{'s' if threads != 1 else ''})"
+
+
+LOADED_SHARE = 0.10  # other processes' share of the machine's CPU time above which timings are marked as loaded
+
+
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds every process of the machine has spent busy since boot (``/proc/stat``), or None
+    where there is no such file."""
+    try:
+        fields = open("/proc/stat").readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class MachineLoad:
+    """What else the machine did while a block of code ran: the load average before and after, and
+    the other processes' share of the machine's CPU time (busy CPU time of the whole machine less
+    this process's, over wall time x CPUs). ``record()`` after the block; None fields where the
+    operating system does not say."""
+
+    def __init__(self):
+        self.cpus = os.cpu_count() or 1
+        self.load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        self.busy0, self.own0, self.wall0 = _busy_cpu_seconds(), time.process_time(), time.perf_counter()
+
+    def record(self) -> dict:
+        wall, own = time.perf_counter() - self.wall0, time.process_time() - self.own0
+        busy = _busy_cpu_seconds()
+        share = None
+        if busy is not None and self.busy0 is not None and wall > 0:
+            share = min(1.0, max(0.0, (busy - self.busy0 - own) / (wall * self.cpus)))
+        return {"cpus": self.cpus, "load_average_before": self.load_before,
+                "load_average_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+                "other_processes_share": share, "loaded": None if share is None else share > LOADED_SHARE}
 
 
 def world_size() -> int:

@@ -157,6 +157,8 @@ def test_benchmark_files_of_one_job_end_to_end(saved_run, tmp_path, one_thread):
     from domino.io import SEAL_KEY, read_json
 
     assert all(SEAL_KEY in json.loads(Path(f).read_text()) for f in outs.values())  # sealed: the card checks it
+    loads = [r["summary"]["machine_load"] for r in res.values()]
+    assert all(x == loads[0] for x in loads) and loads[0]["cpus"] >= 1  # one record for the whole job
     assert {run: read_json(f, sealed=True) for run, f in outs.items()} == res
     base, dom = res["baseline"], res["domino"]
     s = dom["summary"]
@@ -405,3 +407,19 @@ def test_bf16_partings_are_replayed_in_float32(saved_run, tmp_path, one_thread, 
                  for p, b in zip(res["domino"]["prompts"], res["baseline"]["prompts"]))
     assert s["lossless_replay"]["replayed"] == parted == len(s["near_tie_divergences"])
     assert s["lossless_replay"]["defects"] == 0 and "lossless_replay" not in res["baseline"]["summary"]
+
+
+def test_machine_load_counts_another_process():
+    """A busy process beside the block shows as other processes' share of the CPU time."""
+    import subprocess
+    import sys
+
+    from domino.common import MachineLoad
+
+    load = MachineLoad()
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    busy.wait()
+    rec = load.record()
+    assert set(rec) == {"cpus", "load_average_before", "load_average_after", "other_processes_share", "loaded"}
+    if rec["other_processes_share"] is not None:  # Linux: /proc/stat
+        assert rec["other_processes_share"] >= 0.6 / rec["cpus"]

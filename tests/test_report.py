@@ -323,3 +323,20 @@ def test_the_card_sets_each_row_beside_its_twin_on_other_answers(tmp_path, resul
     assert rows[-1].endswith(f"| {steps:,} / {steps:,} |")
     joined = " ".join(section.split())
     assert "in speed on `corpus` answers;" in joined and "on `verifier` answers." in joined
+
+
+@pytest.mark.parametrize("share, loaded", [(0.42, True), (0.03, False)])
+def test_the_card_says_what_else_the_machine_did(tmp_path, results, share, loaded):
+    """The benchmark's record of the machine's load is printed beside TPS; above the limit the TPS
+    figures are marked as measured on a loaded machine."""
+    record = {"cpus": 2, "load_average_before": [1.5, 1.2, 1.0], "load_average_after": [2.5, 1.9, 1.4],
+              "other_processes_share": share, "loaded": loaded}
+    path = results / "benchmark" / "humaneval" / "baseline.json"
+    bench = json.loads(path.read_text())
+    bench["summary"]["machine_load"] = record
+    path.write_text(json.dumps(bench))
+    report.build_report(load("config.yaml"), results, tmp_path / "reports", repo=tmp_path)
+    card = (tmp_path / "reports" / "model_card.md").read_text()
+    assert f"took {share:.1%} of the machine's CPU time while these decodes were timed" in card
+    assert "(2 CPUs, 1-minute load average 1.50 before, 2.50 after)" in card
+    assert ("**TPS measured on a loaded machine:**" in card) == loaded

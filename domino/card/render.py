@@ -358,6 +358,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "boot": res["benchmark"]["domino"]["summary"]["bootstrap"],
         "tf_table": _tf_table(rows), "all_rows": [by_name[c] for c in order],
         "baseline_row": {"tps": estimate(res["benchmark"]["baseline"]["summary"], "tps")},
+        "machine_load": res["benchmark"]["baseline"]["summary"].get("machine_load"),
         "cfg": res["drafter_config"]["domino"],  # the verifier's shape, as the drafter was built for it
         "a1_ratio": dom["pos"][0] / noshift["pos"][0] if noshift["pos"][0] else None,
         "baseline": res["benchmark"]["baseline"]["summary"], "baseline_label": LABELS["baseline"],
