@@ -264,17 +264,59 @@ def _fill_aux_layer_ids(cfg: dict, facts: dict | None) -> None:
     d["aux_layer_ids"] = default_aux_layer_ids(facts["layers"])
 
 
+# The verifier families: the decoder-only causal LMs of transformers whose hidden states the
+# drafter reads. Tested (tests/test_families.py: this check, the hidden-state capture, the
+# extraction and a lossless speculative decode on a tiny random model of each): the families of
+# VERIFIER_FAMILIES, by model_type. REFUSED_FAMILIES are refused here, before any job. Another
+# family is tried as it comes: its config.json is read by the names below, and loading it
+# refuses a model whose decoder parts are not found (domino.verifier.check_causal_lm).
+VERIFIER_FAMILIES = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama", "mistral": "Mistral", "gemma": "Gemma",
+                     "gpt2": "GPT-2", "gpt_neox": "GPT-NeoX"}
+REFUSED_FAMILIES = {
+    "phi": "its output head adds a bias (lm_head.bias), which the drafter's frozen copy of the head's rows and "
+           "the greedy targets of the extraction leave out",
+}
+# the shape fields the drafter reads, and the other names a family gives them (transformers'
+# attribute maps: GPT-2's n_layer is num_hidden_layers; a LayerNorm's epsilon is the norm's eps)
+SHAPE_ALIASES = {"num_hidden_layers": ("n_layer",), "hidden_size": ("n_embd",), "num_attention_heads": ("n_head",),
+                 "max_position_embeddings": ("n_positions",), "intermediate_size": ("n_inner",),
+                 "rms_norm_eps": ("layer_norm_epsilon", "layer_norm_eps")}
+# where a family keeps its final norm when not at model.norm (read there by train.loss kl_div and
+# the vLLM extraction)
+FINAL_NORM_AT = {"gpt2": "transformer.ln_f", "gpt_neox": "gpt_neox.final_layer_norm", "phi": "model.final_layernorm"}
+
+
+def shape_fields(c: dict) -> dict:
+    """A verifier's config (a mapping) with the drafter's shape fields filled in from the family's
+    own names; key/value heads, when not given, as many as the query heads (GPT-2, GPT-NeoX);
+    GPT-2's MLP size, when ``n_inner`` is null, four times the hidden size, as GPT-2 builds it."""
+    out = dict(c)
+    for key, names in SHAPE_ALIASES.items():
+        if out.get(key) is None:
+            out[key] = next((out[n] for n in names if out.get(n) is not None), None)
+    if out.get("intermediate_size") is None and out.get("model_type") == "gpt2" and isinstance(out.get("hidden_size"), int):
+        out["intermediate_size"] = 4 * out["hidden_size"]
+    if out.get("num_key_value_heads") is None:
+        out["num_key_value_heads"] = out.get("num_attention_heads")
+    return out
+
+
 def check_verifier_config(c: dict, key: str = "verifier.source", shape: bool = True) -> None:
     """Refuse, in one line naming the field, a verifier config the drafter cannot read or serve:
     shape fields missing (``shape``: checked when the model loads, where the config is complete),
     sliding-window layers (the drafter reads every position's state and the decoding loop keeps a
-    full cache), rope settings per layer type, logit soft-capping."""
+    full cache), rope settings per layer type, logit soft-capping, a refused family
+    (``REFUSED_FAMILIES``). Shape fields are read by the family's own names too (GPT-2's ``n_layer``)."""
+    c = shape_fields(c)
+    if c.get("model_type") in REFUSED_FAMILIES:
+        raise ConfigError(f"{key}: model_type {c['model_type']!r}: {REFUSED_FAMILIES[c['model_type']]} (allowed: a "
+                          f"tested family: {', '.join(VERIFIER_FAMILIES.values())})")
     needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
               "intermediate_size", "vocab_size", "rms_norm_eps")
     missing = [k for k in needed if c.get(k) is None] if shape else []
     if missing:
         raise ConfigError(f"{key}: model_type {c.get('model_type')!r} has no {', '.join(missing)} (allowed: a "
-                          "decoder-only causal LM with RMSNorm, such as Qwen3 or Llama)")
+                          "decoder-only causal LM with an RMSNorm or LayerNorm, such as Qwen3, Llama or GPT-2)")
     layer_types = set(c.get("layer_types") or ())
     if layer_types - {"full_attention"}:
         raise ConfigError(f"{key}: layer_types {sorted(layer_types)} (allowed: full_attention in every layer)")
@@ -329,6 +371,7 @@ def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | Non
     if not isinstance(c, dict):
         raise ConfigError(f"verifier.source: {cfile} holds no mapping (allowed: a save_pretrained directory)")
     check_verifier_config(c, shape=False)
+    c = shape_fields(c)  # GPT-2's n_layer is num_hidden_layers
     missing = [k for k in ("num_hidden_layers", "vocab_size") if not isinstance(c.get(k), int)]
     if missing:
         raise ConfigError(f"verifier.source: {cfile} lacks {', '.join(missing)} as integers (allowed: a complete "
@@ -339,7 +382,8 @@ def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | Non
     head_dim = c.get("head_dim") or (c["hidden_size"] // c["num_attention_heads"]
                                      if isinstance(c.get("hidden_size"), int) and c.get("num_attention_heads") else None)
     facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None,
-             "special_ids": set(), "head_dim": head_dim, "named_ids": _named_ids(c, path / "generation_config.json")}
+             "special_ids": set(), "head_dim": head_dim, "named_ids": _named_ids(c, path / "generation_config.json"),
+             "model_type": c.get("model_type"), "final_norm": FINAL_NORM_AT.get(c.get("model_type"), "model.norm")}
     has_tokenizer = (path / "tokenizer_config.json").exists() or (path / "tokenizer.json").exists()
     if has_tokenizer and not (path / "chat_template.jinja").exists() \
             and not _has_chat_template(path / "tokenizer_config.json"):
@@ -410,6 +454,15 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
                 raise ConfigError(f"{name}.loss: kl_div computes the verifier's distribution from the stored last "
                                   "hidden state, which features.last_hidden_state: false leaves out (allowed: "
                                   "loss ce, or features.last_hidden_state true)")
+    norm = (facts or {}).get("final_norm", "model.norm")
+    if norm != "model.norm":  # read there by train.loss kl_div and the vLLM extraction
+        sections = {"train": t, **{f"checkpoints.{n}.train": k.get("train") or {} for n, k in kinds.items()}}
+        uses = [f"{name}.loss: kl_div" for name, section in sections.items() if section.get("loss") == "kl_div"]
+        uses += ["features.backend: vllm"] if cfg["features"]["backend"] == "vllm" else []
+        if uses:
+            raise ConfigError(f"{uses[0]} reads the verifier's final norm at model.norm, which "
+                              f"model_type {facts['model_type']!r} keeps at {norm} (allowed with this verifier: "
+                              "loss ce and features.backend transformers)")
     if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
         raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")

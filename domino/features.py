@@ -153,7 +153,7 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype, last_h
             x[j, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
         last_capture = AuxCapture(verifier, [L]) if last_hidden_state else contextlib.nullcontext()
         with AuxCapture(verifier, aux_layer_ids) as cap, last_capture as last_cap:
-            out = verifier.model(input_ids=x.to(dev))
+            out = verifier.base_model(input_ids=x.to(dev))  # the decoder without its head, any family
         aux = cap.aux()
         last = last_cap.aux() if last_hidden_state else None  # aux id L: the state before the final norm
         greedy = (out.last_hidden_state @ head.T.to(out.last_hidden_state.dtype)).argmax(-1)  # draft ids

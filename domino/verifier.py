@@ -2,10 +2,10 @@
 the drafter can read (``domino.config.check_verifier_config``), with its tokenizer, its end of
 turn, its end-of-generation ids and its mask token.
 
-Any decoder-only causal LM of transformers whose model holds ``embed_tokens``, ``layers`` and
-``norm`` and whose layers all attend to the whole context (Qwen3, Llama, ...) can verify; the
-drafter's own layers stay Qwen3-style whatever the verifier, as the card's and vLLM's DFlash
-drafters are, and share only its hidden size, heads and embedding. The embedded verifier
+A decoder-only causal LM of transformers whose layers all attend to the whole context, of a
+tested family (``domino.config.VERIFIER_FAMILIES``: Qwen3, Qwen2, Llama, Mistral, Gemma, GPT-2, GPT-NeoX), can
+verify; the drafter's own layers stay Qwen3-style whatever the verifier, as the card's and vLLM's
+DFlash drafters are, and share only its hidden size, heads and embedding. The embedded verifier
 (``domino.embedded``) and a converted GGUF verifier (``domino.gguf``) load here like any other.
 """
 
@@ -143,9 +143,14 @@ def eos_ids(tokenizer, model_config, generation_config=None) -> list[int]:
 
 def check_causal_lm(model) -> None:
     """Refuse a loaded model whose modules the drafter and ``domino.aux.AuxCapture`` cannot read:
-    ``model.embed_tokens``, ``model.layers``, ``model.norm`` and output embeddings."""
-    inner = getattr(model, "model", None)
-    missing = [f"model.{name}" for name in ("embed_tokens", "layers", "norm") if getattr(inner, name, None) is None]
+    the base model's embedding, decoder layers and final norm (by the names of
+    ``domino.aux.decoder_parts``) and output embeddings."""
+    from .aux import EMBEDDINGS, FINAL_NORMS, LAYERS, decoder_parts
+
+    parts = decoder_parts(model)
+    names = {"embed": EMBEDDINGS, "layers": LAYERS, "norm": FINAL_NORMS}
+    missing = [f"base model {'|'.join(names[k])}" for k in names if parts[k] is None] if parts["base"] is not None \
+        else ["a base model (model, transformer, ...)"]
     if model.get_output_embeddings() is None:
         missing.append("output embeddings (lm_head)")
     if missing:
@@ -176,6 +181,20 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype],
                                                  attn_implementation=GROUPED_SDPA).to(device).eval()
     check_causal_lm(model)
+    _fill_shape_fields(model.config)
     for p in model.parameters():
         p.requires_grad_(False)
     return model
+
+
+def _fill_shape_fields(config) -> None:
+    """Give the loaded config the shape fields the drafter reads (``DrafterConfig.from_verifier``)
+    under their usual names where its family names them otherwise or leaves them out
+    (``domino.config.shape_fields``: GPT-2's ``n_inner``, a LayerNorm's epsilon, full-size
+    key/value heads); a field the config already answers is left as it is."""
+    from .config import SHAPE_ALIASES, shape_fields
+
+    filled = shape_fields(config.to_dict())
+    for key in (*SHAPE_ALIASES, "num_key_value_heads"):
+        if getattr(config, key, None) is None and filled.get(key) is not None:
+            setattr(config, key, filled[key])
