@@ -25,9 +25,12 @@ first user turn, token for token.
   a generator seeded by ``(seed, shard, batch)``, so the answers depend on the seed and the
   thread count only, and a resumed run draws what an uninterrupted one draws.
 * **Shards.** The rows are answered in shards of ``data.shard_samples`` in their prepared order,
-  each written atomically under ``<out>.parts/`` beside a key of everything that decides its
-  answers; a rerun after a kill keeps every finished shard whose key matches and answers the
-  rest, and the finished file is the shards joined in order, identical to an uninterrupted run's.
+  each written atomically under ``<out>.parts/`` beside a record (``shard-N.key``) written once the
+  shard is complete: the key of everything that decides its answers and the shard's sha256. A
+  rerun after a kill keeps every shard whose key matches and whose bytes still have that sha256,
+  answers again, saying so in one line, a shard that fails either (a line removed, a token id
+  changed, a file cut mid-line, other settings), and answers the rest; the finished file is the
+  shards joined in order, identical to an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -185,11 +188,14 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
     for s, start in enumerate(starts):
         idx = list(range(start, min(start + cfg.shard_samples, len(rows))))
         key = _shard_key(cfg, verifier_key, [prompts[i] for i in idx], s)
-        path = parts / f"shard-{s:05d}.jsonl"
-        if path.exists() and _read_key(parts / f"shard-{s:05d}.key") == key:
+        path, record = parts / f"shard-{s:05d}.jsonl", parts / f"shard-{s:05d}.key"
+        problem = _kept_shard_problem(path, record, key)
+        if problem is None:
             kept += 1
             bar.update(len(idx))
             continue
+        if path.exists():
+            logger.warning("regenerate shard %s %s; answered again", path, problem)
         answers: dict[int, tuple[list[int], bool]] = {}
         order = sorted(idx, key=lambda i: (len(prompts[i]), i))  # little padding within a batch
         for b in range(0, len(order), cfg.batch_size):
@@ -202,7 +208,7 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
             bar.set_postfix_str(f"{total_tokens / max(time.perf_counter() - t0, 1e-9):.0f} tok/s")
         io.write_jsonl(path, [regenerated_row(rows[i].get("id"), prompts[i], *answers[i], cfg.seq_len) for i in idx],
                        separators=(",", ":"))
-        io.write_text(parts / f"shard-{s:05d}.key", key)
+        io.write_text(record, f"{key}\nsha256 {io.sha256_file(path)}\n")  # written once the shard is complete
     bar.close()
     if kept:
         logger.info("kept %d of %d shards answered before an interruption", kept, len(starts))
@@ -231,8 +237,20 @@ def _batch_seed(seed: int, shard: int, batch: int) -> int:
     return int.from_bytes(hashlib.sha256(f"regenerate:{seed}:{shard}:{batch}".encode()).digest()[:8], "little")
 
 
-def _read_key(path: Path) -> str | None:
+def _kept_shard_problem(path: Path, record: Path, key: str) -> str | None:
+    """Why a shard left by an earlier run cannot be kept (None when it can): missing, never
+    recorded complete, answered from other inputs, or changed since it was recorded."""
+    if not path.exists():
+        return "is missing"
     try:
-        return path.read_text()
-    except OSError:
-        return None
+        lines = record.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        lines = []
+    if len(lines) != 2 or not lines[1].startswith("sha256 "):
+        return "has no record of being complete (its .key with the shard's sha256)"
+    if lines[0] != key:
+        return "was answered with other settings, prompts or verifier"
+    if io.sha256_file(path) != lines[1].removeprefix("sha256 "):
+        return ("differs from what was written (its sha256 is not the one recorded when it was complete: a line "
+                "removed, a token id changed or the file cut)")
+    return None
