@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import random
 import re
 import sys
@@ -157,17 +158,33 @@ def sharegpt_hub_records(dataset_id: str, split: str, limit: int):
     yield from _usable(ds, limit)
 
 
+# folders of the standard library's tree that the corpus leaves out: its tests and GUI demos, and
+# the installed packages (site-packages, Debian's dist-packages), which are no part of the standard
+# library and change while another process installs one
+STDLIB_SKIP = frozenset({"test", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo", "tkinter",
+                         "ensurepip", "__pycache__"})
+
+
+def stdlib_files(root: Path) -> list[Path]:
+    """The standard library's ``.py`` files under ``root``, sorted; a skipped folder
+    (``STDLIB_SKIP``) is pruned before the walk descends into it, so nothing under it is read,
+    not even its listing."""
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in STDLIB_SKIP]
+        files += [Path(folder) / n for n in names if n.endswith(".py")]
+    return sorted(files)
+
+
 def python_stdlib_records(limit: int, min_body_chars: int = 40, max_body_chars: int = 1500):
     """Functions of the standard library as (signature + docstring) -> body conversations."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"test", "idlelib", "site-packages", "lib2to3", "turtledemo", "tkinter", "ensurepip"}
-    files = sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
     count = 0
-    for path in files:
+    for path in stdlib_files(root):
         try:
             src = path.read_text(encoding="utf-8")
             tree = ast.parse(src)
-        except (SyntaxError, UnicodeDecodeError, ValueError):
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
             continue
         lines = src.splitlines(keepends=True)
         for node in _defs(tree):
