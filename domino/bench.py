@@ -175,6 +175,7 @@ class BenchmarkConfig:
     top_p: float  # benchmark.top_p when sampling; 1.0 when greedy (nothing to truncate)
     tie_tolerance: float | None  # benchmark.tie_tolerance when greedy (None: the row-count noise, lossless_verdict); 0.0 when sampling
     suite: str = "humaneval"  # one of benchmark.suites (domino.prompts.SUITES)
+    answer_tokens: int | None = None  # benchmark.answer_tokens: an earlier turn's answer budget (None: max_new_tokens)
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -470,9 +471,28 @@ def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list
             "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
 
 
-def benchmark_protocol(config: BenchmarkConfig, prompts: int, turns: int = 1) -> dict:
+def turn_answers(loaded: Loaded, config: BenchmarkConfig, turn: tuple, first_index: int) -> list[list[int]]:
+    """The verifier's answer to one turn of every task, which the next turn follows: the timed
+    plain decode's (cut at ``max_new_tokens``), or, with ``config.answer_tokens``, a plain decode
+    of its own to that budget, untimed, by the same rule and generator seed as the timed one."""
+    encoded, decodes = turn
+    if config.answer_tokens is None:
+        return [d.results[PLAIN].new_token_ids for d in decodes]
+    v, stop = loaded.verifier, loaded.stop_ids
+    return [decode(v, ids, config.answer_tokens, stop, rule=config.decoding.rule(first_index + i, v.device)).new_token_ids
+            for i, ids in enumerate(encoded)]
+
+
+def benchmark_protocol(config: BenchmarkConfig, prompts: int, turns: int = 1,
+                       answers: list[list[list[int]]] = (), stop_ids=()) -> dict:
+    """``answers``: per earlier turn of a suite of several turns, the answers the next turn followed;
+    one that reached its budget without a stop token (``stop_ids``) counts as cut."""
     decoding = config.decoding
-    return {"dataset": SUITES[config.suite].display, "suite": config.suite, "turns": turns, "source": config.dataset,
+    budget = config.answer_tokens or config.max_new_tokens
+    cut = sum(len(x) >= budget and x[-1] not in set(stop_ids) for a in answers for x in a)
+    earlier = {"earlier_turn_answers": {"budget": budget, "timed": config.answer_tokens is None,
+                                        "answers": sum(len(a) for a in answers), "cut": cut}} if turns > 1 else {}
+    return {**earlier, "dataset": SUITES[config.suite].display, "suite": config.suite, "turns": turns, "source": config.dataset,
             "prompts": prompts, "decoding": decoding.describe(),
             "temperature": decoding.temperature, "top_p": decoding.top_p,
             "max_new_tokens": config.max_new_tokens, "chat_template": config.chat_template, "hardware": hardware(),
@@ -589,9 +609,11 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     n_turns = len(tasks[0]["turns"])
     turns = []  # per turn: (its prompts, its paired decodes)
     load = MachineLoad()  # what else the machine did during the timed decodes
+    answers = []  # per earlier turn: the verifier's answer to it in every task, which the next turn follows
     for k in range(n_turns):
         if k:
-            said = [[ds[i].results[PLAIN].new_token_ids for _, ds in turns] for i in range(len(tasks))]
+            answers.append(turn_answers(loaded, config, turns[-1], (k - 1) * len(tasks)))
+            said = [[turn[i] for turn in answers] for i in range(len(tasks))]
             encoded_k = next_turn_prompts(config, loaded.tokenizer, tasks, said, context)
         else:
             encoded_k = encoded
@@ -599,7 +621,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         turns.append((encoded_k, timed_decodes(loaded, encoded_k, config.max_new_tokens, desc=desc, decoding=decoding,
                                                first_index=k * len(tasks))))
     machine_load = load.record()
-    protocol = benchmark_protocol(config, len(tasks), n_turns)
+    protocol = benchmark_protocol(config, len(tasks), n_turns, answers, loaded.stop_ids)
     floors = step_floors(loaded, encoded, turns[0][1])
     results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
     specs = {s.run: s for s in lookups}

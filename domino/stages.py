@@ -414,7 +414,8 @@ def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: s
 
 
 _BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.sources.{suite}",
-              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template", "benchmark.threads")
+              "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template", "benchmark.threads",
+              "benchmark.answer_tokens")
 _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]", "baseline": "output",
             "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
 
@@ -449,7 +450,8 @@ def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, ch
         enable_thinking=cfg["data.enable_thinking"], dataset=cfg[f"benchmark.sources.{suite}"],
         max_prompts=cfg["benchmark.max_prompts"], max_new_tokens=cfg["benchmark.max_new_tokens"],
         chat_template=cfg["benchmark.chat_template"], threads=cfg["benchmark.threads"], seed=cfg["seed"],
-        temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance, suite=suite)
+        temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance, suite=suite,
+        answer_tokens=cfg["benchmark.answer_tokens"])
     lookups = lookups or {}
     bench_lib.run_benchmark(config, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
                             {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True)),

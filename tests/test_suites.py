@@ -91,6 +91,31 @@ def test_turn_two_follows_the_verifiers_own_answer_to_turn_one(saved_run, tmp_pa
     assert s["matches_baseline"] is True and s["bootstrap"]["unit"] == "prompt"
 
 
+def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_thread):  # noqa: F811
+    """benchmark.answer_tokens: turn 1's answer that turn 2 follows is a plain decode of its own
+    budget, untimed, while each turn's timed decodes keep max_new_tokens; the protocol says both,
+    and how many such answers the budget cut."""
+    from domino.decode import decode
+    from domino.verifier import eos_ids, load_verifier
+
+    verifier_dir, ckpt = map(str, saved_run)
+    c = replace(CONFIG, suite="mt-bench", dataset=WHEEL, max_prompts=2, max_new_tokens=6, answer_tokens=15)
+    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+    base = res["baseline"]
+    v = load_verifier(verifier_dir, "float32", "cpu")
+    stop = eos_ids(AutoTokenizer.from_pretrained(verifier_dir), v.config)
+    tok = AutoTokenizer.from_pretrained(verifier_dir)
+    longer = []
+    for record in base["prompts"]:
+        one, two = record["turns"]
+        assert len(one["new_token_ids"]) <= 6 and len(two["new_token_ids"]) <= 6  # timed: max_new_tokens
+        answer = decode(v, one["prompt_token_ids"], 15, stop).new_token_ids
+        longer.append(answer)
+        assert tok.decode(answer, skip_special_tokens=True) in tok.decode(two["prompt_token_ids"])
+    cut = sum(len(a) >= 15 and a[-1] not in stop for a in longer)
+    assert base["protocol"]["earlier_turn_answers"] == {"budget": 15, "timed": False, "answers": 2, "cut": cut}
+
+
 def test_the_next_turns_prompt_holds_the_answer_as_an_assistant_turn(saved_run):  # noqa: F811
     """next_turn_prompts on an answer of words (the tiny verifier above answers in newlines): the
     answer's text stands as the assistant's turn between the two user turns."""
@@ -235,3 +260,17 @@ def test_a_tasks_vllm_counters_are_its_turns_summed():
     assert joined == {"drafts": 7, "accepted_per_position": [4, 3, 2, 1, 1, 1, 1]}
     assert summed_counts([{"drafts": 2, "accepted_per_position": [1, 0]}, {"drafts": 0, "accepted_per_position": []}]) \
         == {"drafts": 2, "accepted_per_position": [1, 0]}
+
+
+def test_the_card_states_the_earlier_turns_budget_and_what_it_cut(tmp_path):
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    for path in write_second_suite(root):
+        bench = json.loads(path.read_text())
+        bench["protocol"]["earlier_turn_answers"] = {"budget": 256, "timed": False, "answers": 12, "cut": 5}
+        path.write_text(json.dumps(bench))
+    render_results(root, tmp_path / "card", CARD_INFO, PROVENANCE, suites=("humaneval", "mt-bench"))
+    appendix = (tmp_path / "card" / "model_card_appendix.md").read_text()
+    assert ("MT-Bench's turn 2 follows an answer to turn 1 generated plainly and untimed to a budget of 256 tokens, "
+            "while each turn's timed decodes stop at 64: 5 of 12 such answers reached that budget without ending.") \
+        in " ".join(appendix.split())

@@ -296,6 +296,7 @@ def _suite_section(res: dict, scope: str) -> list[dict] | None:
         protocol = runs["baseline"]["protocol"]
         out.append({"suite": suite, "name": _suite_name(runs), "prompts": protocol["prompts"],
                     "turns": protocol.get("turns", 1), "rows": rows, "lookups": lookups,
+                    "earlier": protocol.get("earlier_turn_answers"), "max_new_tokens": protocol["max_new_tokens"],
                     "claims": claim_rows(runs, LABELS, scope),
                     "plain": runs["baseline"]["summary"],
                     "categories": category_rows({c: runs[c] for c in CHECKPOINTS}, "domino", COMPARE_TO)})
