@@ -225,6 +225,37 @@ def checkout_source(src: str, checkout: str | Path) -> str:
     return str(in_checkout.resolve()) if in_checkout.is_dir() else src
 
 
+# The least free space in the temporary folder that a run starts with: Snakemake's scheduler
+# writes its job-selection problem there before any job (pulp's MPS file), and fails with a
+# traceback on a full one.
+TMP_MIN_FREE = 64 * 2**20
+
+
+def temporary_folder_problem(environ=None, free_bytes=None) -> str | None:
+    """Why a run cannot start for its temporary folder (None when it can): less than
+    ``TMP_MIN_FREE`` free in a folder named by ``TMPDIR``, ``TEMP`` or ``TMP`` (Python's tempfile
+    reads the first, pulp the last), or in the system's when none is set. ``environ``: the
+    environment (``os.environ``); ``free_bytes``: a folder -> its free bytes (``shutil.disk_usage``)."""
+    import os
+    import shutil
+    import tempfile
+
+    environ = os.environ if environ is None else environ
+    named = [(environ[v], v) for v in ("TMPDIR", "TEMP", "TMP") if environ.get(v) and os.path.isdir(environ[v])]
+    for folder, variable in named or [(tempfile.gettempdir(), "the system's")]:
+        try:
+            free = (free_bytes or (lambda f: shutil.disk_usage(f).free))(folder)
+        except OSError as err:
+            return f"the temporary folder {folder} ({variable}) cannot be read ({err.strerror or err})"
+        if free < TMP_MIN_FREE:
+            point = "TMPDIR" if variable == "the system's" else variable
+            return (f"the temporary folder {folder} ({variable}) has {free / 2**20:.1f} MiB free, less than the "
+                    f"{TMP_MIN_FREE // 2**20} MiB that Snakemake's scheduler and the stages need there: free some "
+                    f"space there, or point {point} at a folder "
+                    "with room, and run the same command again")
+    return None
+
+
 # The files a tokenizer is built from, any one of which is enough: a fast tokenizer, a
 # sentencepiece model, a BPE vocabulary with its merges, a WordPiece vocabulary.
 TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("spiece.model",), ("vocab.json", "merges.txt"),

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, lookup_runs, responses_of,
-                           split_replicate, trained_runs, validate_config, vllm_launcher, vllm_runs)
+                           split_replicate, temporary_folder_problem, trained_runs, validate_config, vllm_launcher,
+                           vllm_runs)
 from domino.logs import job_error_lines
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
@@ -219,7 +220,11 @@ def _clear_stale_lock():
 _clear_stale_lock()
 
 
+# A run (not a dry run: onstart runs only before jobs) whose temporary folder is full stops here
+# in one line naming it, where Snakemake's scheduler would fail with a traceback writing there.
 onstart:
+    if temporary_folder_problem():
+        sys.exit(f"error: {temporary_folder_problem()}")
     LOCK_OWNER.write_text(json.dumps({"pid": os.getpid(), "start": _process_start(os.getpid())}))
     RUN_MARKER.write_text(json.dumps(RUN_OVERLAYS))
 
