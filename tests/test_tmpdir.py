@@ -7,7 +7,6 @@ from conftest import copy_repo, run_snakemake
 from domino.config import TMP_MIN_FREE, temporary_folder_problem
 
 
-
 def test_a_full_temporary_folder_is_named(tmp_path):
     full = {str(tmp_path): 0}
     problem = temporary_folder_problem({"TMPDIR": str(tmp_path)}, lambda f: full.get(f, 2**40))
