@@ -340,3 +340,12 @@ def test_the_card_says_what_else_the_machine_did(tmp_path, results, share, loade
     assert f"took {share:.1%} of the machine's CPU time while these decodes were timed" in card
     assert "(2 CPUs, 1-minute load average 1.50 before, 2.50 after)" in card
     assert ("**TPS measured on a loaded machine:**" in card) == loaded
+
+
+def test_a_gguf_verifier_is_named_with_its_file_and_quantization():
+    from domino.card.scale import verifier_label
+
+    cfg = load("config.yaml", "config/smollm2.yaml")
+    assert verifier_label(cfg) == ("HuggingFaceTB/SmolLM2-135M-Instruct, as the GGUF file SmolLM2-135M-Instruct.Q4_1.gguf "
+                                   "(Q4_1 weights, dequantized)")
+    assert verifier_label(load("config.yaml")) == "embedded-qwen3-tiny"

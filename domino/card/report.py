@@ -19,7 +19,7 @@ from .render import render_card
 from .results import load_results, sampling_dir
 from ..common import hardware
 from ..config import HUB_ID, aux_noise, config_sha256, lookup_runs, responses_of, trained_runs, vllm_runs
-from .scale import public_name, run_settings, scale_statement, verifier_kind
+from .scale import run_settings, scale_statement, verifier_kind, verifier_label
 
 logger = logging.getLogger(__name__)
 
@@ -361,8 +361,9 @@ def card_info(cfg: dict, res: dict, trained: dict) -> dict:
         corpus += regenerated_text(res["regenerate"], cfg["data"]["max_new_tokens"])
     return {
         "model_name": cfg["report"]["model_name"],
-        "verifier": public_name(cfg["verifier"]["name"]),
-        # a GGUF verifier names the Hub model its file holds (verifier.name), when that is a Hub id
+        "verifier": verifier_label(cfg),
+        # a GGUF verifier names the Hub model its file holds (verifier.name), when that is a Hub id: what a
+        # reader can load; the verifier's own name says the drafter was trained against the file's weights
         "base_model": cfg["verifier"]["source"] if kind == "hub" else
         cfg["verifier"]["name"] if kind == "gguf" and HUB_ID.fullmatch(cfg["verifier"]["name"]) else None,
         "dataset": corpus,

@@ -14,6 +14,7 @@ whose weights nothing here checks against the Hub's).
 from __future__ import annotations
 
 from dataclasses import dataclass
+import re
 from pathlib import Path
 
 from . import published
@@ -90,6 +91,23 @@ def public_name(name: str) -> str:
     return name
 
 
+GGUF_QUANT = re.compile(r"[.-]((?:I?Q\d[\w]*)|F16|BF16|F32)\.gguf$", re.I)
+
+
+def verifier_label(cfg: dict) -> str:
+    """How the card names the verifier: ``verifier.name`` (a local path cut to its last part); a
+    GGUF verifier adds its file and the quantization its name states, since its weights are that
+    file's, dequantized, not the original model's."""
+    v = cfg["verifier"]
+    name = public_name(v["name"])
+    if v["source"] != "gguf":
+        return name
+    file = Path(v["gguf"]["file"]).name
+    quant = GGUF_QUANT.search(file)
+    kind = f"{quant.group(1).upper()} weights" if quant else "weights of the quantization the file holds"
+    return f"{name}, as the GGUF file {file} ({kind}, dequantized)"
+
+
 def run_settings(cfg: dict, data_summary: dict | None = None, drafter_config: dict | None = None,
                  protocol: dict | None = None) -> dict:
     """This run's settings under ``published.SETTINGS``'s keys; recorded values (the prepared data's
@@ -99,7 +117,7 @@ def run_settings(cfg: dict, data_summary: dict | None = None, drafter_config: di
     drafter.update({k: v for k, v in (drafter_config or {}).items() if k in published.SETTINGS["drafter"]})
     protocol = protocol or {}
     return {
-        "verifier": cfg["verifier"]["name"] if cfg["verifier"]["source"] == "gguf" else cfg["verifier"]["source"],
+        "verifier": verifier_label(cfg) if cfg["verifier"]["source"] == "gguf" else cfg["verifier"]["source"],
         "corpus": (data_summary or {}).get("corpus", d["corpus"]),
         "hub_dataset": d["hub_dataset"] if d["corpus"] == "sharegpt-hub" else None,
         "samples": (data_summary or {}).get("samples", d["samples"]),
