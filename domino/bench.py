@@ -355,20 +355,26 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
 
 
 def float32_replay(loaded32: Loaded, run: str, tasks: list[dict], encoded: list[list[int]],
-                   timings: list[PromptTiming], max_new_tokens: int, turn: int | None = None) -> int:
+                   timings: list[PromptTiming], max_new_tokens: int, turn: int | None = None,
+                   plain_memo: dict | None = None) -> int:
     """The exact lossless check of a low-precision benchmark: every prompt whose speculative
     output parted from plain greedy's is decoded again in float32 (``loaded32``: the same verifier
     and drafters, loaded in float32), plain and by ``run``'s drafter, and the two must agree token
     for token; a parting there raises, naming the prompt and the position. Returns the number of
     prompts replayed. In float32 on a CPU a forward's logits do not move with its row count, so a
     correct loop cannot part there, while a loop that accepts a draft the verifier does not rank
-    first parts wherever the low-precision one did."""
+    first parts wherever the low-precision one did. ``plain_memo``: the float32 plain decodes by
+    prompt, kept across the runs of one job (a prompt several drafters part on is decoded once)."""
     v, stop, draft = loaded32.verifier, loaded32.stop_ids, loaded32.drafts[run]
     replayed, defects = 0, []
     for task, ids, tm in zip(tasks, encoded, timings):
         if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
             continue
-        plain = decode(v, ids, max_new_tokens, stop).new_token_ids
+        memo = {} if plain_memo is None else plain_memo
+        key = (tuple(ids), max_new_tokens)
+        if key not in memo:
+            memo[key] = decode(v, ids, max_new_tokens, stop).new_token_ids
+        plain = memo[key]
         spec = decode(v, ids, max_new_tokens, stop, draft=draft).new_token_ids
         replayed += 1
         if plain != spec:
@@ -626,7 +632,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
     specs = {s.run: s for s in lookups}
     exact = config.verifier_dtype == "float32"  # else every parting is replayed in float32 (float32_replay)
-    loaded32, replay_seconds = None, 0.0
+    loaded32, replay_seconds, plain32 = None, 0.0, {}
     for run in (PLAIN, *checkpoint_dirs, *specs):
         per_turn = [(enc, [d.timing(run) for d in ds]) for enc, ds in turns]
         drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
@@ -640,7 +646,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
                 loaded32 = load_models(replace(config, verifier_dtype="float32"), verifier_path, checkpoint_dirs,
                                        lookups)
             replayed = sum(float32_replay(loaded32, run, tasks, enc, timings, config.max_new_tokens,
-                                          k + 1 if n_turns > 1 else None)
+                                          k + 1 if n_turns > 1 else None, plain32)
                            for k, (enc, timings) in enumerate(per_turn)) if near_ties else 0
             replay_seconds += time.perf_counter() - t0
             replay = {"dtype": "float32", "replayed": replayed, "defects": 0,
