@@ -225,6 +225,45 @@ def checkout_source(src: str, checkout: str | Path) -> str:
     return str(in_checkout.resolve()) if in_checkout.is_dir() else src
 
 
+def folder_digests(folder: str | Path, cache: str | Path | None = None) -> dict:
+    """The sha256 of every file of a local verifier folder, by its path in the folder (hidden
+    files and folders aside): what the workflow's jobs read of it, so that replacing its weights
+    or its tokenizer reruns them (rule verifier_digests). ``cache``: a JSON file of earlier
+    digests by path, size, modification and change times and inode, so a file is hashed again only
+    when it changed."""
+    folder = Path(folder).expanduser().resolve()
+    try:
+        known = json.loads(Path(cache).read_text()) if cache else {}
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    digests, seen = {}, {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        st = path.stat()
+        # the inode's change time too: a file's modification time can be put back (cp -p), its ctime not
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        entry = known.get(str(path))
+        if isinstance(entry, list) and len(entry) == 5 and entry[:4] == stamp:
+            digest = entry[4]
+        else:
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            digest = h.hexdigest()
+        digests[rel.as_posix()] = digest
+        seen[str(path)] = [*stamp, digest]
+    if cache and any(known.get(k) != v for k, v in seen.items()):  # write the cache only when it grew
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(f"{cache}.tmp")
+        tmp.write_text(json.dumps({**known, **seen}, sort_keys=True))
+        tmp.replace(cache)
+    return digests
+
+
 # The least free space in the temporary folder that a run starts with: Snakemake's scheduler
 # writes its job-selection problem there before any job (pulp's MPS file), and fails with a
 # traceback on a full one.

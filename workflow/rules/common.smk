@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from domino.config import (ADDITIVE, ConfigError, changes_to_results, load_config, lookup_runs, responses_of,
+from domino.config import (ADDITIVE, ConfigError, changes_to_results, folder_digests, load_config, lookup_runs, responses_of,
                            split_replicate, temporary_folder_problem, trained_runs, validate_config, vllm_launcher,
                            vllm_runs)
 from domino.logs import job_error_lines
@@ -31,6 +31,13 @@ GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/ver
 VERIFIER = "results/verifier/model" if EMBEDDED or GGUF else config["verifier"]["source"]
 VERIFIER_INPUT = ["results/verifier/model"] if EMBEDDED or GGUF else []
 TOKENIZER = "results/verifier/tokenizer" if EMBEDDED else VERIFIER
+# A local verifier folder (verifier.source a directory): the sha256 of each of its files, read at
+# every start (a file is hashed again only when its size or time changed), is the param of rule
+# verifier_digests, whose output is an input of every job that reads the folder; replacing its
+# weights or its tokenizer reruns them and what depends on them, and a dry run says so.
+LOCAL_VERIFIER = not (EMBEDDED or GGUF) and Path(VERIFIER).expanduser().is_dir()
+VERIFIER_FILES = folder_digests(VERIFIER, ".snakemake/domino-verifier-digests.json") if LOCAL_VERIFIER else {}
+VERIFIER_DIGESTS = ["results/verifier/source.sha256.json"] if LOCAL_VERIFIER else []
 # the conversations the drafter trains on (data.responses): the prepared corpus, or the same
 # conversations answered by the verifier (rule regenerate)
 CONVERSATIONS = {"corpus": "results/prepare_data/{split}.jsonl", "verifier": "results/regenerate/{split}.jsonl"}

@@ -1,6 +1,7 @@
 rule prepare_data:
     input:
         tokenizer=TOKENIZER_INPUT,
+        verifier_files=VERIFIER_DIGESTS,
     output:
         train="results/prepare_data/train.jsonl",
         val="results/prepare_data/val.jsonl",
@@ -19,6 +20,7 @@ rule prepare_data:
 rule regenerate:
     input:
         verifier=VERIFIER_INPUT,
+        verifier_files=VERIFIER_DIGESTS,
         data="results/prepare_data/{split}.jsonl",
     output:
         out="results/regenerate/{split}.jsonl",
@@ -39,6 +41,7 @@ rule regenerate:
 rule draft_vocab:
     input:
         verifier=VERIFIER_INPUT,
+        verifier_files=VERIFIER_DIGESTS,
         train=TRAINING_DATA.format(split="train"),
     output:
         vocab="results/draft_vocab/vocab.safetensors",
@@ -56,6 +59,7 @@ rule draft_vocab:
 use rule draft_vocab as draft_vocab_responses with:
     input:
         verifier=VERIFIER_INPUT,
+        verifier_files=VERIFIER_DIGESTS,
         train=lambda wc: CONVERSATIONS[wc.responses].format(split="train"),
     output:
         vocab="results/draft_vocab/responses-{responses}/vocab.safetensors",

@@ -1,6 +1,7 @@
 rule extract_hidden_states:
     input:
         verifier=VERIFIER_INPUT,
+        verifier_files=VERIFIER_DIGESTS,
         data=TRAINING_DATA,
         vocab="results/draft_vocab/vocab.safetensors",
     output:
@@ -23,6 +24,7 @@ rule extract_hidden_states:
 use rule extract_hidden_states as extract_hidden_states_responses with:
     input:
         verifier=VERIFIER_INPUT,
+        verifier_files=VERIFIER_DIGESTS,
         data=lambda wc: CONVERSATIONS[wc.responses].format(split=wc.split),
         vocab="results/draft_vocab/responses-{responses}/vocab.safetensors",
     output:

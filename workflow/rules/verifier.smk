@@ -46,3 +46,23 @@ else:
             "benchmarks/convert_verifier.tsv"
         shell:
             domino("convert_verifier")
+
+
+# A local verifier folder's files, by their sha256 (VERIFIER_DIGESTS in common.smk): one param per
+# file, so that the dry run's reason names the file that changed; the output is an input of every
+# job that reads the folder.
+if LOCAL_VERIFIER:
+    DIGEST_PARAMS = {"sha256_" + re.sub(r"\W", "_", rel): f"{rel} sha256 {digest}"
+                     for rel, digest in VERIFIER_FILES.items()}
+    assert len(DIGEST_PARAMS) == len(VERIFIER_FILES), "two files of the verifier folder share a param name"
+
+    rule verifier_digests:
+        output:
+            digests="results/verifier/source.sha256.json",
+        params:
+            **DIGEST_PARAMS,
+        localrule: True
+        run:
+            from domino.io import write_text
+
+            write_text(output.digests, json.dumps(VERIFIER_FILES, indent=1, sort_keys=True) + "\n")
