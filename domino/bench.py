@@ -26,13 +26,12 @@ from transformers import DynamicCache
 from .acceptance import acceptance_summary
 from .aux import AuxCapture
 from .common import MachineLoad, hardware
-from .config import LOOKUP
 from .decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
 from .io import write_json
 from .model import Drafter
 from .prompts import SUITES, encode_turns, suite_tasks
 from .sampling import SamplingRule, seeded_generator
-from .stats import (LEVEL, RESAMPLES, Interval, acceptance_intervals, paired_rate_ratio,
+from .stats import (LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio,
                     ratio_of_sums)
 from .timing import (PLAIN, TIMING, Decode, PromptDecodes, PromptTiming, merge_turns, paired_decodes,
                      tokens_per_second, untimed_tokens)

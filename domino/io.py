@@ -155,7 +155,7 @@ def read_json(path: str | Path, what: str = "results file", sealed: bool = False
         raise FileNotFoundError(f"{what} {path} is missing")
     try:
         obj = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise DamagedFile(f"{what} {path} is not valid JSON (cut short or altered); {hint}") from None
     if isinstance(obj, dict) and (sealed or SEAL_KEY in obj):
         digest = obj.pop(SEAL_KEY, None)

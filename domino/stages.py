@@ -427,11 +427,11 @@ def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, chec
     """Greedy: every task of one suite plain, with each run's drafter and with the n-gram lookup
     rows, back to back in this one job."""
     from . import bench as bench_lib
-    from .config import lookup_runs
+    from .config import LOOKUP, lookup_runs
 
     ngram = cfg.section("benchmark.ngram")
     specs = [bench_lib.LookupSpec(run, ngram["max_n"], ngram["min_n"], ngram["drafts"],
-                                  ngram["then"] if run != bench_lib.LOOKUP else None)
+                                  ngram["then"] if run != LOOKUP else None)
              for run in lookup_runs({"benchmark": {"ngram": ngram}})]
     _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
                 tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]),

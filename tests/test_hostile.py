@@ -6,7 +6,6 @@ import copy
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

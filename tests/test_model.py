@@ -34,7 +34,6 @@ def test_training_forward_matches_inference(verifier, projector, shift, correct_
     drafter = tiny_drafter(verifier, projector=projector, shift_label=shift, correct_from=correct_from, attn=attn)
     if block_causal:
         drafter = _with(drafter, block_causal=True)
-    B = drafter.cfg.block_size
     a_in_doc = 11
     ids, pos, doc, aux, a = _row_with_two_docs(verifier, drafter, a_in_doc)
 

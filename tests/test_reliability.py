@@ -20,7 +20,7 @@ from conftest import RELIABILITY_CFG as CFG, stage_cli_config, synthetic_feature
 from domino.features import ShardError, extract, load_features
 from domino.io import atomic_path, write_json
 from domino.model import Drafter
-from domino.train import TrainConfig, total_steps, train
+from domino.train import total_steps, train
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS = ("checkpoint/model.safetensors", "checkpoint/drafter_config.json", "metrics.jsonl", "summary.json")
