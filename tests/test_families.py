@@ -4,7 +4,6 @@ loads, gives its hidden states by the aux-id convention, is extracted, and decod
 exactly as plainly, or is refused by the config check in one line naming the reason."""
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
