@@ -431,6 +431,12 @@ def acceptance_fields(timings: list[PromptTiming], drafts_per_step: int, seed: i
                 "per_position_acceptance": [], "per_position_acceptance_ci": [], "conditional_acceptance": [],
                 "drafts_per_step": 0, "steps": new_tokens, "accepted": 0}
     acc_lists = [t.speculative.accepted_per_step for t in timings]
+    if not any(acc_lists):  # no step drafted on any prompt (an n-gram lookup that never found a match)
+        zeros = [0.0] * drafts_per_step
+        return {"acceptance_length": 1.0, "acceptance_length_ci": [1.0, 1.0],
+                "acceptance_length_per_prompt_mean": 1.0, "acceptance_length_per_prompt_mean_ci": [1.0, 1.0],
+                "per_position_acceptance": zeros, "per_position_acceptance_ci": [[0.0, 0.0] for _ in zeros],
+                "conditional_acceptance": zeros, "drafts_per_step": drafts_per_step, "steps": 0, "accepted": 0}
     return {**acceptance_summary(acc_lists, drafts_per_step),
             **acceptance_intervals(acc_lists, drafts_per_step, RESAMPLES, seed), "drafts_per_step": drafts_per_step}
 

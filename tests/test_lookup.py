@@ -57,3 +57,31 @@ def test_the_card_sets_the_lookup_rows_beside_the_drafters(tmp_path):
     report.build_report(_with(cfg, enabled=False), FIXTURE, tmp_path / "without", repo=tmp_path)
     card = (tmp_path / "without" / "model_card.md").read_text()
     assert "n-gram lookup" not in card
+
+
+def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
+    """A lookup row with no step on any prompt (a verifier whose outputs never repeat, a tiny
+    budget) writes acceptance 1 over zero steps, and the card says it drafted nothing instead of
+    setting a row of undefined rates beside the drafters."""
+    import json
+    import shutil
+
+    from domino.bench import acceptance_fields
+    from domino.decode import DecodeResult
+    from domino.timing import PromptTiming
+
+    timings = [PromptTiming(DecodeResult([5, 6]), DecodeResult([5, 6], []), True) for _ in range(3)]
+    fields = acceptance_fields(timings, 10, seed=0)
+    assert fields["steps"] == 0 and fields["acceptance_length"] == 1.0 and fields["per_position_acceptance"] == [0.0] * 10
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    path = root / "benchmark" / "humaneval" / "ngram.json"
+    bench = json.loads(path.read_text())
+    for record in bench["prompts"]:
+        record["accepted_per_step"] = []
+    bench["summary"].update(fields)
+    path.write_text(json.dumps(bench))
+    report.build_report(load("config.yaml"), root, tmp_path / "card", repo=tmp_path)
+    card = (tmp_path / "card" / "model_card.md").read_text()
+    assert "| n-gram lookup, no training |" not in card and card.count("| n-gram lookup, then Domino |") == 3
+    assert 'The lookup row "n-gram lookup, no training" found no match on any prompt, so it drafted nothing' in card

@@ -231,8 +231,8 @@ def _readme_overlay_line(overlay):
 
 @pytest.mark.parametrize("overlay,added", [
     ("config/sampling.yaml", {"sampling": 2, "report": 1}),  # one job per T > 0; no training, no greedy benchmark
-    # the 10 variants; domino-regenerated's answers, draft vocabulary and features
-    ("config/ablations.yaml", {"train": 10, "validate": 10, "benchmark": 1, "report": 1, "regenerate": 2,
+    # the 11 variants; domino-regenerated's answers, draft vocabulary and features
+    ("config/ablations.yaml", {"train": 11, "validate": 11, "benchmark": 1, "report": 1, "regenerate": 2,
                                "draft_vocab_responses": 1, "extract_hidden_states_responses": 2}),
     # the card's three rows on the verifier's answers: one regenerate, vocabulary and extraction per split
     ("config/regenerated-rows.yaml", {"train": 3, "validate": 3, "benchmark": 1, "report": 1, "regenerate": 2,

@@ -292,7 +292,7 @@ def _suite_section(res: dict, scope: str) -> list[dict] | None:
         lookups = [{"label": lookup_label(b), "al": estimate(b["summary"], "acceptance_length"),
                     "speedup": estimate(b["summary"], "speedup"), "vs_ref": compare(b, runs[COMPARE_TO]),
                     "near_ties": len(b["summary"]["near_tie_divergences"]), "domino_vs": compare(runs["domino"], b)}
-                   for b in res.get("lookup", {}).get(suite, {}).values()]
+                   for b in res.get("lookup", {}).get(suite, {}).values() if b["summary"]["steps"] > 0]
         protocol = runs["baseline"]["protocol"]
         out.append({"suite": suite, "name": _suite_name(runs), "prompts": protocol["prompts"],
                     "turns": protocol.get("turns", 1), "rows": rows, "lookups": lookups,
@@ -343,7 +343,8 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
     order = [*CHECKPOINTS, *(c for c in by_name if c not in CHECKPOINTS)]  # the card's rows, then config order
     rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
-    lookups = [_lookup_row(res, run) for run in res.get("lookup", {}).get(MAIN_SUITE, {})]  # then the lookup rows
+    lookups = [_lookup_row(res, run) for run, b in res.get("lookup", {}).get(MAIN_SUITE, {}).items()
+               if b["summary"]["steps"] > 0]  # then the lookup rows that drafted at all
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     protocol = res["benchmark"]["baseline"]["protocol"]
     scope = claims_scope(card_info["scale"])
@@ -353,6 +354,8 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "repeating": repeating_share(res["benchmark"]["baseline"]["summary"]), "repeating_limit": REPEATING_SHARE,
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
+        "lookup_silent": [lookup_label(b) for b in res.get("lookup", {}).get(MAIN_SUITE, {}).values()
+                          if b["summary"]["steps"] == 0],
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
         "other_answers": _other_answers(by_name, order, changes),
         "sampling": _sampling_rows(res, order, temperatures), "suites": _suite_section(res, scope),
