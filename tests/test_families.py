@@ -1,7 +1,8 @@
-"""The verifier families (domino.config.VERIFIER_FAMILIES): each built tiny and random from its transformers
-config, saved with a tokenizer as a user brings it, either passes the config check and then
-loads, gives its hidden states by the aux-id convention, is extracted, and decodes speculatively
-exactly as plainly, or is refused by the config check in one line naming the reason."""
+"""The verifier families (domino.config.VERIFIER_FAMILIES): each built tiny and random from its
+transformers config, saved with a tokenizer as a user brings it, either passes the config check
+and then loads, gives its hidden states by the aux-id convention, is extracted, decodes
+speculatively exactly as plainly and answers batched prompts as one at a time (the regenerate
+stage), or is refused by the config check in one line naming the reason."""
 
 import copy
 from pathlib import Path
@@ -15,6 +16,7 @@ from conftest import tiny_drafter
 from domino.aux import AuxCapture
 from domino.config import ConfigError, validate_config
 from domino.decode import NeuralDraft, decode
+from domino.regenerate import generate_batch
 from domino.aux import decoder_parts
 from domino.config import VERIFIER_FAMILIES as TESTED
 from domino.verifier import load_verifier
@@ -147,3 +149,8 @@ def test_a_family_that_runs_is_checked_extracted_and_decoded_losslessly(folders,
     plain = decode(verifier, prompt, 24).new_token_ids
     spec = decode(verifier, prompt, 24, draft=NeuralDraft(drafter))
     assert spec.new_token_ids == plain
+
+    # the regenerate stage's batched answers (left-padded, positions from each row's first token)
+    prompts = [ids[0, :3].tolist(), ids[0, :11].tolist(), ids[0, :7].tolist()]
+    batched = [answer for answer, _ in generate_batch(verifier, prompts, 10, [], 0)]
+    assert batched == [decode(verifier, p, 10).new_token_ids for p in prompts]
