@@ -73,13 +73,13 @@ def test_a_card_in_one_run_only_differs(tmp_path):
 
 @pytest.mark.parametrize("key", ["tokens_per_second", "tps", "plain_tps_ci", "seconds", "draft_seconds", "speedup_ci",
                                  "tps_ratio_to_ours", "wall_seconds", "elapsed", "duration_s", "throughput",
-                                 "latency_ms", "step_time", "ms", "train_secs"])
+                                 "latency_ms", "step_time", "ms", "train_secs", "machine_load", "load_average_before"])
 def test_a_timing_field_is_timing(key):
     assert compare.strip_timing({"summary": {key: 1.0, "steps": 3}}) == {"summary": {"steps": 3}}
 
 
 @pytest.mark.parametrize("key", ["generated_tokens", "items", "accepted_per_step", "acceptance_length", "steps",
-                                 "timing_note_free", "max_new_tokens", "conversations", "cut"])
+                                 "timing_note_free", "max_new_tokens", "conversations", "cut", "loaded_rows"])
 def test_a_result_field_is_a_result(key):
     assert compare.strip_timing({key: 1}) == {key: 1}
 

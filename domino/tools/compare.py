@@ -22,10 +22,11 @@ from . import tool_parser
 
 # JSON keys holding timings, and what derives from them (paired speedup intervals included): any
 # duration (seconds, tokens_per_second's second, elapsed, wall, latency, a "time" or "ms" word),
-# any throughput (tps, throughput) and any speed ratio. A word is matched whole where a substring
-# would catch a result ("items", "generated_tokens").
+# any throughput (tps, throughput), any speed ratio, and the machine's load while timing
+# (machine_load). A word is matched whole where a substring would catch a result ("items",
+# "generated_tokens").
 TIMING_KEY = re.compile(r"second|tps|speedup|throughput|duration|elapsed|latency|wall"
-                        r"|(^|_)(time|timestamp|ms|secs?)(_|$)", re.I)
+                        r"|(^|_)(time|timestamp|ms|secs?|load)(_|$)", re.I)
 TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|floor|vs DFlash noshift", re.I)
 CARD_FILES = ("reports/model_card.md", "reports/model_card_appendix.md")  # the card and its appendix
 

@@ -52,7 +52,7 @@ else:
 # file, so that the dry run's reason names the file that changed; the output is an input of every
 # job that reads the folder.
 if LOCAL_VERIFIER:
-    DIGEST_PARAMS = {"sha256_" + re.sub(r"\W", "_", rel): f"{rel} sha256 {digest}"
+    DIGEST_PARAMS = {"sha256_{}".format(re.sub(r"\W", "_", rel)): f"{rel} sha256 {digest}"
                      for rel, digest in VERIFIER_FILES.items()}
     assert len(DIGEST_PARAMS) == len(VERIFIER_FILES), "two files of the verifier folder share a param name"
 
@@ -65,4 +65,4 @@ if LOCAL_VERIFIER:
         run:
             from domino.io import write_text
 
-            write_text(output.digests, json.dumps(VERIFIER_FILES, indent=1, sort_keys=True) + "\n")
+            write_text(output.digests, f"{json.dumps(VERIFIER_FILES, indent=1, sort_keys=True)}\n")
