@@ -643,7 +643,11 @@ LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram); "ngram-<chec
 def lookup_runs(cfg: dict) -> list[str]:
     """The benchmark's runs that need no training of their own (``benchmark.ngram``): the n-gram
     lookup, then the lookup-then-checkpoint row, each where configured."""
-    ng = cfg["benchmark"]["ngram"]
+    return ngram_runs(cfg["benchmark"]["ngram"])
+
+
+def ngram_runs(ng: dict) -> list[str]:
+    """``lookup_runs`` of the ``benchmark.ngram`` section ``ng``."""
     if not ng["enabled"]:
         return []
     return [LOOKUP] + ([f"{LOOKUP}-{ng['then']}"] if ng["then"] else [])

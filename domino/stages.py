@@ -427,12 +427,12 @@ def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, chec
     """Greedy: every task of one suite plain, with each run's drafter and with the n-gram lookup
     rows, back to back in this one job."""
     from . import bench as bench_lib
-    from .config import LOOKUP, lookup_runs
+    from .config import LOOKUP, ngram_runs
 
     ngram = cfg.section("benchmark.ngram")
     specs = [bench_lib.LookupSpec(run, ngram["max_n"], ngram["min_n"], ngram["drafts"],
                                   ngram["then"] if run != LOOKUP else None)
-             for run in lookup_runs({"benchmark": {"ngram": ngram}})]
+             for run in ngram_runs(ngram)]
     _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
                 tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]),
                 lookups=dict(zip(specs, lookups, strict=True)))
