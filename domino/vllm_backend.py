@@ -39,7 +39,7 @@ from .features import shard_tensors
 from .io import read_json, write_json
 from .acceptance import acceptance_from_counts, acceptance_summary, position_counts
 from .model import Drafter
-from .stats import RESAMPLES, paired_rate_ratio, paired_speedup
+from .stats import RESAMPLES, paired_rate_ratio
 from .timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
 from .verifier import eos_ids, load_tokenizer, load_verifier
 
@@ -405,14 +405,17 @@ def _served_acceptance(per_prompt: list[dict], prompts: list[dict], drafts_per_s
                        served: list[DecodeResult], baseline: dict | None, seed: int) -> dict:
     """Acceptance from vLLM's counters of each prompt (``per_prompt``), the prompts whose counters
     equal our loop's steps counted as vLLM counts them, and the speedup over vLLM's own plain
-    run (``baseline``: its results file, None when not served)."""
+    run (``baseline``: its results file, None when not served), a ratio of token rates: where a
+    low-precision parting changed an output's length, seconds would set other token counts against
+    each other."""
     drafts = sum(c["drafts"] for c in per_prompt)
     per_pos = [sum(col) for col in zip(*[c["accepted_per_position"] for c in per_prompt])]
     equal = sum(c == counts_of_steps(o["accepted_per_step"], drafts_per_step) for c, o in zip(per_prompt, prompts))
     out = {**acceptance_from_counts(drafts, per_pos, drafts_per_step), "drafts_per_step": drafts_per_step,
            "same_counts_as_ours": equal, "speedup": None}
     if baseline:
-        speedup = paired_speedup([p["seconds"] for p in baseline["prompts"]], [r.seconds for r in served],
-                                 RESAMPLES, seed)
+        speedup = paired_rate_ratio([len(r.new_token_ids) for r in served], [r.seconds for r in served],
+                                    [len(p["new_token_ids"]) for p in baseline["prompts"]],
+                                    [p["seconds"] for p in baseline["prompts"]], RESAMPLES, seed)
         out.update(speedup=speedup.estimate, speedup_ci=speedup.bounds())
     return out

@@ -423,3 +423,18 @@ def test_machine_load_counts_another_process():
     assert set(rec) == {"cpus", "load_average_before", "load_average_after", "other_processes_share", "loaded"}
     if rec["other_processes_share"] is not None:  # Linux: /proc/stat
         assert rec["other_processes_share"] >= 0.6 / rec["cpus"]
+
+
+def test_a_served_speedup_is_a_ratio_of_token_rates():
+    """vLLM's speedup over its own plain run: tokens per second over plain tokens per second, which
+    equals the ratio of seconds where the outputs have the same lengths and differs where not."""
+    from domino.decode import DecodeResult
+    from domino.vllm_backend import _served_acceptance
+
+    per_prompt = [{"drafts": 2, "accepted_per_position": [1, 0]}, {"drafts": 1, "accepted_per_position": [0, 0]}]
+    prompts = [{"accepted_per_step": [1, 0]}, {"accepted_per_step": [0]}]
+    baseline = {"prompts": [{"new_token_ids": [1, 2, 3, 4], "seconds": 4.0}, {"new_token_ids": [5, 6], "seconds": 3.0}]}
+    same = [DecodeResult([1, 2, 3, 4], seconds=2.0), DecodeResult([5, 6], seconds=1.0)]
+    assert _served_acceptance(per_prompt, prompts, 2, same, baseline, 0)["speedup"] == pytest.approx(7 / 3)
+    longer = [DecodeResult([1, 2, 3, 4, 9, 9], seconds=2.0), DecodeResult([5, 6], seconds=1.0)]  # 8 tokens in 3 s
+    assert _served_acceptance(per_prompt, prompts, 2, longer, baseline, 0)["speedup"] == pytest.approx((8 / 3) / (6 / 7))
