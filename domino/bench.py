@@ -365,11 +365,11 @@ def float32_replay(loaded32: Loaded, run: str, tasks: list[dict], encoded: list[
     first parts wherever the low-precision one did. ``plain_memo``: the float32 plain decodes by
     prompt, kept across the runs of one job (a prompt several drafters part on is decoded once)."""
     v, stop, draft = loaded32.verifier, loaded32.stop_ids, loaded32.drafts[run]
+    memo = {} if plain_memo is None else plain_memo
     replayed, defects = 0, []
     for task, ids, tm in zip(tasks, encoded, timings):
         if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
             continue
-        memo = {} if plain_memo is None else plain_memo
         key = (tuple(ids), max_new_tokens)
         if key not in memo:
             memo[key] = decode(v, ids, max_new_tokens, stop).new_token_ids
@@ -397,7 +397,7 @@ def margin_signs(partings: list[dict]) -> dict:
     return {"plain_preferred": plus, "speculative_preferred": minus, "ties": len(margins) - n, "sign_test_p": p}
 
 
-def speed_summary(timings: list[PromptTiming], seed: int, greedy: bool = True) -> dict:
+def speed_summary(timings: list[PromptTiming], seed: int) -> dict:
     """Totals, both TPS and the paired speedup with intervals.
 
     The speedup is the ratio of token rates, ``(sum(spec tokens) / sum(spec s)) / (sum(plain
@@ -405,8 +405,7 @@ def speed_summary(timings: list[PromptTiming], seed: int, greedy: bool = True) -
     greedy or sampled alike: sampled decodes give outputs of other lengths, and so does a greedy
     decode in low precision that parts from plain greedy at a near tie, where a ratio of seconds
     would set times of other token counts against each other. Where every output has its plain
-    decode's length it equals ``sum(plain s) / sum(speculative s)``. ``greedy`` is kept for the
-    callers that say which decoding it was; the definition does not depend on it."""
+    decode's length it equals ``sum(plain s) / sum(speculative s)``."""
     tokens = [len(t.main.new_token_ids) for t in timings]
     plain_tokens = [len(t.plain.new_token_ids) for t in timings]
     seconds = [t.main.seconds for t in timings]
@@ -470,11 +469,11 @@ def prompt_records(tasks: list[dict], encoded: list[list[int]], timings: list[Pr
 
 
 def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list[dict], tie_tolerance: float | None,
-              seed: int, greedy: bool = True) -> dict:
+              seed: int) -> dict:
     """The ``summary`` of a results file (docs/results.md): speed, acceptance, verifier behaviour,
     the lossless verdict and the bootstrap's settings."""
     speculative = drafts_per_step > 0
-    return {**speed_summary(timings, seed, greedy), **acceptance_fields(timings, drafts_per_step, seed),
+    return {**speed_summary(timings, seed), **acceptance_fields(timings, drafts_per_step, seed),
             **verifier_behaviour(timings), "matches_baseline": not near_ties, "near_tie_divergences": near_ties,
             "tie_tolerance": tie_tolerance if speculative else 0.0,
             # one job decodes the baseline file and every run beside it: their plain decodes are one
@@ -500,7 +499,8 @@ def benchmark_protocol(config: BenchmarkConfig, prompts: int, turns: int = 1,
     one that reached its budget without a stop token (``stop_ids``) counts as cut."""
     decoding = config.decoding
     budget = config.answer_tokens or config.max_new_tokens
-    cut = sum(len(x) >= budget and x[-1] not in set(stop_ids) for a in answers for x in a)
+    stops = set(stop_ids)
+    cut = sum(len(x) >= budget and x[-1] not in stops for a in answers for x in a)
     earlier = {"earlier_turn_answers": {"budget": budget, "timed": config.answer_tokens is None,
                                         "answers": sum(len(a) for a in answers), "cut": cut}} if turns > 1 else {}
     return {**earlier, "dataset": SUITES[config.suite].display, "suite": config.suite, "turns": turns, "source": config.dataset,
@@ -659,7 +659,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
                         **({"lookup": specs[run].record()} if run in specs else {}),
-                        "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed, config.greedy)
+                        "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed)
                         | {"floor": floors.get(run), "machine_load": machine_load}
                         | ({"lossless_replay": replay} if replay else {}),
                         "prompts": prompt_records(tasks, encoded, timings, per_turn if n_turns > 1 else None)}

@@ -48,7 +48,8 @@ def _busy_cpu_seconds() -> float | None:
     """CPU seconds every process of the machine has spent busy since boot (``/proc/stat``), or None
     where there is no such file."""
     try:
-        fields = open("/proc/stat").readline().split()
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
     except OSError:
         return None
     if not fields or fields[0] != "cpu":

@@ -276,8 +276,13 @@ class NgramDraft:
         if len(self.tokens) != anchor_pos + 1:
             raise RuntimeError(f"n-gram lookup: the context holds {len(self.tokens)} tokens at anchor position {anchor_pos}")
         out = ngram_lookup(self.tokens, self.max_n, self.min_n, n) if n > 0 else []
-        self.last = (anchor_pos, out)
+        self.sent(anchor_pos, out)
         return out
+
+    def sent(self, anchor_pos: int, drafts: list[int]) -> None:
+        """The drafts this step verifies after the anchor at ``anchor_pos``, whoever proposed them:
+        the next ``propose`` commits the ones the verifier accepted."""
+        self.last = (anchor_pos, drafts)
 
 
 class LookupThenDraft:
@@ -300,7 +305,7 @@ class LookupThenDraft:
 
     def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
         out = self.lookup.propose(anchor, anchor_pos, n) or self.neural.propose(anchor, anchor_pos, n)
-        self.lookup.last = (anchor_pos, out)  # the lookup commits whichever drafts were verified
+        self.lookup.sent(anchor_pos, out)
         return out
 
 

@@ -93,6 +93,22 @@ def stage_cli_config(stage: str, overrides: dict | None = None, **wildcards) -> 
 # the workflow through the real Snakemake CLI, in a copy of the checkout
 
 
+def interrupt_at_call(monkeypatch, module, name: str, n: int) -> dict:
+    """``module.name`` raises KeyboardInterrupt on its ``n``-th call, as a run killed there would
+    stop. Returns the call counter, ``{"n": calls so far}``; set ``counter["n"]`` far below zero
+    to let later calls through."""
+    calls, real = {"n": 0}, getattr(module, name)
+
+    def dies(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, dies)
+    return calls
+
+
 def copy_repo(dst: Path) -> Path:
     for name in ("Snakefile", "config.yaml", "workflow", "config", "profiles"):
         src = ROOT / name

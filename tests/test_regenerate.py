@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import stage_cli_config, tiny_verifier
+from conftest import interrupt_at_call, stage_cli_config, tiny_verifier
 from domino import regenerate as rg
 from domino.prompts import encode_prompt
 from domino.decode import decode
@@ -87,16 +87,7 @@ def test_a_killed_regeneration_resumes_to_identical_shards(model, stops, tmp_pat
     rg.regenerate(model, "v", rows, prompts, stops, 0, _config(), whole)
     assert not (tmp_path / "whole.jsonl.parts").exists()
 
-    calls = {"n": 0}
-    real = rg.generate_batch
-
-    def dies_on_the_third_batch(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(rg, "generate_batch", dies_on_the_third_batch)
+    calls = interrupt_at_call(monkeypatch, rg, "generate_batch", 3)  # killed in its third batch
     killed = tmp_path / "killed.jsonl"
     with pytest.raises(KeyboardInterrupt):
         rg.regenerate(model, "v", rows, prompts, stops, 0, _config(), killed)

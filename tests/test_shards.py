@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from conftest import tiny_verifier
+from conftest import interrupt_at_call, tiny_verifier
 from domino import regenerate as rg
 
 ROWS = [{"id": f"c{i}"} for i in range(10)]
@@ -37,16 +37,7 @@ def whole(model, tmp_path_factory):
 
 def _interrupted(model, out, monkeypatch):
     """A run killed in its third batch: shard 0 (two batches) is kept in <out>.parts/."""
-    calls = {"n": 0}
-    real = rg.generate_batch
-
-    def dies_on_the_third_batch(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(rg, "generate_batch", dies_on_the_third_batch)
+    calls = interrupt_at_call(monkeypatch, rg, "generate_batch", 3)
     with pytest.raises(KeyboardInterrupt):
         rg.regenerate(model, "v", ROWS, _prompts(), [5], 0, _config(), out)
     calls["n"] = -100  # no further interruption
