@@ -183,8 +183,31 @@ def shard_tensors(ids_l, mask_l, aux_l, tgt_l, last_l=None) -> dict:
     }
 
 
-def load_features(index_path: str | Path, verify: bool = True) -> dict:
-    """All shards of one split, checked against their sha256, as one set of token tensors."""
+def chosen_conversations(total: int, samples: int | None, seed: int) -> list[int] | None:
+    """Which of ``total`` conversations a run trains on when it takes ``samples`` of them (None:
+    all): the first ``samples`` of a seeded permutation, in their file order. Each size's choice
+    holds every smaller size's, so points of a data-size study differ by data added, not swapped."""
+    if samples is None or samples >= total:
+        return None
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed))
+    return sorted(order[:samples].tolist())
+
+
+def _take(part: dict, keep: list[int]) -> dict:
+    """The conversations ``keep`` (indices into the shard) of one shard's tensors."""
+    offs = part["offsets"].tolist()
+    spans = [torch.arange(offs[i], offs[i + 1]) for i in keep]
+    rows = torch.cat(spans) if spans else torch.zeros(0, dtype=torch.long)
+    lengths = torch.tensor([len(s) for s in spans], dtype=torch.long)
+    out = {k: v[rows] for k, v in part.items() if k != "offsets"}
+    out["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    return out
+
+
+def load_features(index_path: str | Path, verify: bool = True, samples: int | None = None, seed: int = 0) -> dict:
+    """All shards of one split, checked against their sha256, as one set of token tensors; with
+    ``samples``, only the conversations ``chosen_conversations`` picks (each shard is cut as it is
+    read, so memory holds the subset and one shard)."""
     index_path = Path(index_path)
     if not index_path.exists():
         raise ShardError(f"{index_path} is missing: run extract_hidden_states first")
@@ -194,7 +217,8 @@ def load_features(index_path: str | Path, verify: bool = True) -> dict:
         raise ShardError(str(err)) from None
     hint = (f"delete {index_path} and run the same command again (rule extract_hidden_states re-extracts "
             "the shards that do not match their .sha256)")
-    parts = []
+    keep = chosen_conversations(sum(sh["samples"] for sh in index["shards"]), samples, seed)
+    parts, first = [], 0
     for sh in index["shards"]:
         path = index_path.parent / sh["file"]
         if not path.exists():
@@ -211,6 +235,9 @@ def load_features(index_path: str | Path, verify: bool = True) -> dict:
             raise
         except Exception as err:  # safetensors raises several types on a damaged file
             raise ShardError(f"feature shard {path} cannot be read ({err}); {hint}") from None
+        if keep is not None:
+            parts[-1] = _take(parts[-1], [i - first for i in keep if first <= i < first + sh["samples"]])
+        first += sh["samples"]
     offsets, base = [], 0
     for p in parts:
         offsets.append(p["offsets"][:-1] + base)
@@ -223,5 +250,5 @@ def load_features(index_path: str | Path, verify: bool = True) -> dict:
         "aux": torch.cat([p["aux"] for p in parts]),
         "target": torch.cat([p["target"] for p in parts]),
         "offsets": torch.cat(offsets + [torch.tensor([base])]),
-        "index": index,
+        "index": index if keep is None else {**index, "chosen": {"samples": len(keep), "seed": seed}},
     }

@@ -390,7 +390,9 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
     drafter = model_lib.Drafter.from_verifier(model, dcfg, d2t, t2d)
     head = train_lib.VerifierHead(model, vocab_lib.target_ids(d2t)) if tcfg.loss == "kl_div" else None
     del model
-    feats = features_lib.load_features(features)
+    # train.samples: a subset of the conversations, the same for every replicate of a checkpoint
+    feats = features_lib.load_features(features, samples=overridden(cfg, checkpoint, "train")["samples"],
+                                       seed=cfg["seed"])
     outputs = train_lib.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
     with common.distributed(common.check_device(cfg["device"])) as device:
         s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, verifier_head=head,

@@ -40,7 +40,7 @@ from .optim import Optimizers, build_optimizers
 logger = logging.getLogger(__name__)
 
 # keys of the config's train: section that the stage reads, not one run's training settings
-STAGE_KEYS = ("autocast", "nproc_per_node", "replicates")
+STAGE_KEYS = ("autocast", "nproc_per_node", "replicates", "samples")
 
 
 @dataclass
@@ -468,6 +468,7 @@ def _inputs_fingerprint(drafter, feats: dict) -> str:
     shards = (feats.get("index") or {}).get("shards") if isinstance(feats.get("index"), dict) else None
     if shards and all(sh.get("sha256") for sh in shards):
         h.update(json.dumps([sh["sha256"] for sh in shards]).encode())
+        h.update(json.dumps(feats["index"].get("chosen")).encode())  # a subset of them (train.samples)
     else:
         for k in ("input_ids", "loss_mask", "target", "offsets", "aux"):
             t = feats[k].detach().cpu().contiguous()

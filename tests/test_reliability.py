@@ -283,6 +283,32 @@ def test_extraction_stores_the_last_hidden_state_before_the_final_norm(extractio
     assert torch.equal(head(feats["last"]).argmax(-1), feats["target"])
 
 
+def test_a_subset_of_conversations_is_cut_from_each_shard_as_it_is_read(extraction, tmp_path):
+    """``train.samples``: the chosen conversations, token for token what the whole set holds at
+    their offsets, across shard borders; a larger subset holds every smaller one; all of them is
+    the whole set; a subset's training state is not taken for another's."""
+    from domino.features import chosen_conversations
+    from domino.train import _inputs_fingerprint
+
+    out = tmp_path / "feat"
+    _extract(extraction, out, log=lambda m: None)  # 10 conversations in shards of 3
+    whole = load_features(out / "index.json")
+    offs = whole["offsets"].tolist()
+    small, large = chosen_conversations(10, 4, seed=3), chosen_conversations(10, 7, seed=3)
+    assert len(small) == 4 and set(small) < set(large) and len({i // 3 for i in small}) > 1
+    sub = load_features(out / "index.json", samples=4, seed=3)
+    assert sub["offsets"].tolist() == [0, *torch.tensor([offs[i + 1] - offs[i] for i in small]).cumsum(0).tolist()]
+    for j, i in enumerate(small):
+        a, b = sub["offsets"][j], sub["offsets"][j + 1]
+        for k in ("input_ids", "loss_mask", "aux", "target"):
+            assert torch.equal(sub[k][a:b], whole[k][offs[i]:offs[i + 1]]), (k, i)
+    assert sub["index"]["chosen"] == {"samples": 4, "seed": 3}
+    _assert_same_features(load_features(out / "index.json", samples=10, seed=3), whole)
+    drafter = tiny_drafter(extraction["verifier"])
+    prints = {_inputs_fingerprint(drafter, f) for f in (whole, sub, load_features(out / "index.json", samples=4))}
+    assert len(prints) == 3
+
+
 def test_extraction_resumes_at_the_first_missing_shard(extraction, tmp_path):
     out = tmp_path / "feat"
     first = _extract(extraction, out, log=lambda m: None)
