@@ -349,3 +349,38 @@ def test_a_gguf_verifier_is_named_with_its_file_and_quantization():
     assert verifier_label(cfg) == ("HuggingFaceTB/SmolLM2-135M-Instruct, as the GGUF file SmolLM2-135M-Instruct.Q4_1.gguf "
                                    "(Q4_1 weights, dequantized)")
     assert verifier_label(load("config.yaml")) == "embedded-qwen3-tiny"
+
+
+def test_the_card_sets_each_data_size_beside_the_rows(tmp_path, results):
+    """config/smollm2-data-size.yaml's kind of variant: a card row on fewer conversations
+    (``train.samples`` and nothing else) is a data-size point; one that changes anything more is
+    not. The appendix's Training-data size section has a line per size, the card's rows as the
+    largest, and its plot is drawn and declared among the report's plots."""
+    from domino.card.paths import DATA_SIZE_PLOT, PLOTS, data_size_points, report_plots
+
+    cfg = load("config.yaml")
+    points = {"dflash-noshift-40": ("dflash-noshift", 40), "domino-40": ("domino", 40), "domino-80": ("domino", 80)}
+    for name, (row, n) in points.items():
+        cfg["checkpoints"][name] = {**cfg["checkpoints"][row], "train": {"samples": n}}
+    cfg["checkpoints"]["domino-40-muon"] = {**cfg["checkpoints"]["domino"], "train": {"samples": 40, "optimizer": "muon"}}
+    assert data_size_points(cfg["checkpoints"]) == {k: {"row": r, "samples": n} for k, (r, n) in points.items()}
+    assert report_plots(cfg["checkpoints"]) == {**PLOTS, **DATA_SIZE_PLOT} and report_plots(load("config.yaml")["checkpoints"]) == PLOTS
+    for name, (row, _) in {**points, "domino-40-muon": ("domino", 40)}.items():
+        for rel in ("validate/{}.json", "train/{}", "benchmark/humaneval/{}.json"):
+            src, dst = results / rel.format(row), results / rel.format(name)
+            shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
+    record_training(results, cfg)
+    summary = json.loads((results / "prepare_data" / "summary.json").read_text())
+    io.write_json(results / "prepare_data" / "summary.json", {**summary, "train": 120})
+    assert report.variant_changes(trained(cfg), "domino-80") == "train.samples 80"
+    paths = report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    assert tmp_path / "reports" / DATA_SIZE_PLOT["data_size"] in paths
+    appendix = (tmp_path / "reports" / "model_card_appendix.md").read_text()
+    section = appendix.split("## Training-data size")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [line.split(" | ")[0] for line in lines] == ["| 40", "| 80", "| 120"]
+    assert lines[1].count(" — |") == 5  # no DFlash noshift at 80: its three cells and the comparison's two
+    # each point decoded what its row decoded here: Domino vs DFlash noshift at 40 is the rows' at 120
+    assert lines[0].split(" | ")[-2:] == lines[2].split(" | ")[-2:] and "+0.0%" not in lines[0]
+    assert "120 training conversations" in " ".join(section.split())
+    assert f"]({DATA_SIZE_PLOT['data_size']})" in section

@@ -16,6 +16,31 @@ PLOTS = {
     "teacher_forced": "teacher_forced_vs_served.png",
 }
 
+# drawn only when the run has data-size points (``data_size_points``)
+DATA_SIZE_PLOT = {"data_size": "data_size.png"}
+KIND_KEYS = ("projector", "shift_label", "weighting")  # what makes a checkpoint entry a card row's kind
+
+
+def data_size_points(checkpoints: dict, rows=("dflash-shift", "dflash-noshift", "domino")) -> dict[str, dict]:
+    """The ``checkpoints:`` entries that are one of the card's ``rows`` trained on fewer
+    conversations: the row's kind and one override, ``train.samples``. {name: {"row", "samples"}}."""
+    out = {}
+    for name, entry in checkpoints.items():
+        extra = {k: v for k, v in entry.items() if k not in KIND_KEYS}
+        if name in rows or extra.keys() != {"train"} or set(entry["train"]) != {"samples"}:
+            continue
+        row = next((r for r in rows if r in checkpoints and all(checkpoints[r].get(k) == entry.get(k)
+                                                                for k in KIND_KEYS)), None)
+        if row is not None and entry["train"]["samples"] is not None:
+            out[name] = {"row": row, "samples": entry["train"]["samples"]}
+    return out
+
+
+def report_plots(checkpoints: dict) -> dict[str, str]:
+    """The plots a run's report draws (key -> file name): ``PLOTS``, and ``DATA_SIZE_PLOT`` when
+    the run has data-size points."""
+    return {**PLOTS, **(DATA_SIZE_PLOT if data_size_points(checkpoints) else {})}
+
 
 def template_files() -> list[Path]:
     """The card's Jinja2 templates: inputs of the report rule, so that editing one reruns it."""

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 
 from ..acceptance import position_counts
 from ..io import atomic_path
-from .paths import PLOTS
+from .paths import DATA_SIZE_PLOT, PLOTS
 
 MIN_STEPS = 100  # below this many steps a conditional ratio's 95% interval is wider than about +-10 pp
 FEW_STEPS_LABEL = f"hollow: fewer than {MIN_STEPS} steps"
@@ -234,8 +234,42 @@ def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
     return fig
 
 
-def write_plots(res: dict, rows: list[dict], out_dir: Path) -> list[Path]:
-    """Draw the plots into ``out_dir`` (names in ``PLOTS``); ``rows``: the card's checkpoint rows."""
+def data_size_plot(section: dict) -> Figure:
+    """Acceptance length and speedup over plain greedy against the conversations trained on, one
+    line per card row with its 95% intervals over prompts, the n-gram lookup (no training) as a
+    dashed line; ``section``: the card's Training-data size section (``render._data_size_section``)."""
+    fig = Figure(figsize=(9, 3.8))
+    axes = fig.subplots(1, 2)
+    sizes = [t["conversations"] for t in section["table"]]
+    for ax, key, title in ((axes[0], "al_est", "Acceptance length"), (axes[1], "speedup_est", "Speedup over plain greedy")):
+        for j, row in enumerate(section["rows"]):
+            pts = [(t["conversations"], t["cells"][j][key]) for t in section["table"] if t["cells"][j] is not None]
+            xs, est = [x for x, _ in pts], [e for _, e in pts]
+            ax.errorbar(xs, [e.value for e in est], yerr=_yerr([e.value for e in est], [e.low for e in est],
+                                                               [e.high for e in est]),
+                        marker="o", capsize=3, label=row["label"])
+        if section["lookup"] is not None:
+            e = section["lookup"][key]
+            ax.axhline(e.value, linestyle="--", color="0.4", label=section["lookup"]["label"])
+            ax.axhspan(e.low, e.high, color="0.4", alpha=0.12)
+        if key == "speedup_est":
+            ax.axhline(1.0, linestyle=":", color="0.6", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("Training conversations")
+        _title(ax, title, 4.5)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    return fig
+
+
+def write_plots(res: dict, rows: list[dict], out_dir: Path, data_size: dict | None = None) -> list[Path]:
+    """Draw the plots into ``out_dir`` (names in ``PLOTS``, and ``DATA_SIZE_PLOT`` with a
+    Training-data size section ``data_size``); ``rows``: the card's checkpoint rows."""
     draw = {"acceptance": acceptance_plot, "conditional": conditional_plot, "loss": loss_plot,
             "teacher_forced": teacher_forced_plot}
-    return [_save(draw[key](res, rows), Path(out_dir) / name) for key, name in PLOTS.items()]
+    written = [_save(draw[key](res, rows), Path(out_dir) / name) for key, name in PLOTS.items()]
+    if data_size is not None:
+        written.append(_save(data_size_plot(data_size), Path(out_dir) / DATA_SIZE_PLOT["data_size"]))
+    return written

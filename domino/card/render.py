@@ -20,7 +20,7 @@ from ..io import write_text
 from .claims import REPEATING_SHARE, claim_rows, claims_scope, differences_clause, repeating_share
 from .filters import environment
 from .html import write_html
-from .paths import PLOTS, TEMPLATES, CardPaths, html_path
+from .paths import DATA_SIZE_PLOT, PLOTS, TEMPLATES, CardPaths, html_path
 from .plots import MIN_STEPS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, LABELS
 from .published import FIGURES as SEED_CARD
@@ -213,6 +213,38 @@ def _other_answers(by_name: dict, order: list[str], changes: dict) -> str | None
         return None
     steps = ", ".join(f"{by_name[c]['label']} {by_name[c]['steps']:,}" for c in others)
     return f"{steps} against Domino's {by_name['domino']['steps']:,}"
+
+
+def training_conversations(res: dict) -> int:
+    """The conversations the card's rows trained on: the regenerated training split's when the
+    run trains on the verifier's answers, else the prepared one's."""
+    regenerated = res.get("regenerate") or {}
+    return regenerated["train"]["conversations"] if "train" in regenerated else res["data"]["train"]
+
+
+def _data_size_section(res: dict, by_name: dict, points: dict, lookups: list[dict]) -> dict | None:
+    """Acceptance and speed against the conversations trained on (``points``: the variants that
+    are a card row on fewer of them, ``paths.data_size_points``; the card's rows are the largest
+    point): per size, each row's acceptance length and speedup over plain, its training time and
+    steps, and Domino against DFlash noshift, paired; the lookup alone as a line. None without
+    a point."""
+    if not points:
+        return None
+    total = training_conversations(res)
+    rows = [r for r in CHECKPOINTS if any(p["row"] == r for p in points.values())]
+    names = {(r, total): r for r in rows}
+    for name, p in points.items():
+        names.setdefault((p["row"], min(p["samples"], total)), name)
+    table = []
+    for n in sorted({size for _, size in names}):
+        cells = {r: by_name[names[(r, n)]] if (r, n) in names else None for r in rows}
+        both = cells.get("domino") is not None and cells.get(COMPARE_TO) is not None
+        table.append({"conversations": n, "cells": [cells[r] for r in rows],
+                      "domino_vs": compare(res["benchmark"][cells["domino"]["name"]],
+                                           res["benchmark"][cells[COMPARE_TO]["name"]]) if both else None})
+    alone = next((r for r in lookups if r["lookup"]["then"] is None), None)
+    return {"rows": [{"name": r, "label": LABELS[r]} for r in rows], "table": table, "total": total,
+            "lookup": alone, "plot": DATA_SIZE_PLOT["data_size"]}
 
 
 def _trainer_rows(ctx: dict, trainer: dict) -> list[dict]:
@@ -475,7 +507,7 @@ def _reproduction_rows(ctx: dict) -> dict:
 
 def render_card(res: dict, out: CardPaths | str | Path, card_info: dict, provenance: dict,
                 changes: dict | None = None, trainer: dict | None = None,
-                answers: dict | None = None) -> list[Path]:
+                answers: dict | None = None, data_size: dict | None = None) -> list[Path]:
     """Write the card, its appendix, the reproduction report, the PNG plots and an HTML page of
     each Markdown file; return their paths. ``res``: the run's results (``results.load_results``),
     whose checkpoints beyond the card's three rows go into the Ablations table, each described by
@@ -485,19 +517,22 @@ def render_card(res: dict, out: CardPaths | str | Path, card_info: dict, provena
     variants that take the card's trainer's conventions (``report.trainer_variants``), which the
     reproduction report sets beside Domino. ``answers``: the variants that are a card row trained on
     other answers (``report.answer_twins``), which the Training answers section sets beside their rows.
+    ``data_size``: the variants that are a card row trained on fewer conversations
+    (``paths.data_size_points``), which the Training-data size section and its plot set beside the rows.
     The front matter is validated (``check_front_matter``) before anything is written."""
     out = out if isinstance(out, CardPaths) else CardPaths.under(out)
     ctx = _context(res, card_info, provenance, changes)
     ctx["trainer_rows"] = _trainer_rows(ctx, trainer or {})
     by_name = {r["name"]: r for r in ctx["all_rows"]}
     ctx["answers"] = _answers_section(res, by_name, answers or {})
+    ctx["data_size"] = _data_size_section(res, by_name, data_size or {}, ctx["lookup_rows"])
     ctx.update(card=Path(out.card).name, appendix=out.appendix.name, reproduction=Path(out.reproduction).name)
     env = environment(TEMPLATES)
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
     check_front_matter(card)
     appendix = env.get_template("model_card_appendix.md.j2").render(**ctx)
     repro = env.get_template("reproduction.md.j2").render(seed=_reproduction_rows(ctx), **ctx)
-    written = write_plots(res, ctx["rows"], Path(out.card).parent)
+    written = write_plots(res, ctx["rows"], Path(out.card).parent, ctx["data_size"])
     pages = []
     for path, text in zip(out.markdown, (card, appendix, repro)):
         write_text(path, text)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import published
 from .filters import PerCheckpoint
-from .paths import CardPaths
+from .paths import CardPaths, data_size_points
 from .render import render_card
 from .results import load_results, sampling_dir
 from ..common import hardware
@@ -215,8 +215,9 @@ SLOT_KEYS = ("shift_label", "weighting")  # how block slots map to target tokens
 def trained_config(cfg: dict, res: dict, name: str) -> dict:
     """The config as checkpoint ``name`` trained with it, from what its training recorded: the
     drafter section's keys from its ``drafter_config.json``, the train section's from its
-    ``summary.json`` ``config``, each over the config's shared section, which supplies only what
-    neither file holds (the train stage's own keys, ``domino.train.STAGE_KEYS``); under
+    ``summary.json`` ``config``, each over the config's shared section and the checkpoint's entry,
+    which supply only what neither file holds (the train stage's own keys,
+    ``domino.train.STAGE_KEYS``, such as the entry's ``train.samples``); under
     ``"checkpoint"`` its projector, shift_label and weighting as recorded, and under ``"data"`` the
     answers it trained on (``data.responses``: its summary's ``data``, else the run's own).
     ``res``: ``load_results``."""
@@ -225,7 +226,8 @@ def trained_config(cfg: dict, res: dict, name: str) -> dict:
     return {**cfg,
             "data": {**cfg["data"], **data},
             "drafter": {**cfg["drafter"], **{k: v for k, v in drafter.items() if k in cfg["drafter"]}},
-            "train": {**cfg["train"], **{k: v for k, v in train.items() if k in cfg["train"]}},
+            "train": {**cfg["train"], **(cfg["checkpoints"].get(name, {}).get("train") or {}),
+                      **{k: v for k, v in train.items() if k in cfg["train"]}},
             "checkpoint": {"projector": drafter["projector"], "shift_label": drafter["shift_label"],
                            "weighting": train["weighting"]}}
 
@@ -411,7 +413,8 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
     trained = {c: trained_config(cfg, res, c) for c in ckpts}
     changes = {c: variant_changes(trained, c) for c in ckpts if c != "domino"}
     paths = render_card(res, out, card_info(cfg, res, trained), provenance(cfg, bench_dir, res["data"], repo),
-                        changes=changes, trainer=trainer_variants(trained), answers=answer_twins(trained))
+                        changes=changes, trainer=trainer_variants(trained), answers=answer_twins(trained),
+                        data_size=data_size_points(cfg["checkpoints"]))
     for p in paths:
         logger.info("wrote %s", p)
     return paths

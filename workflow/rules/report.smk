@@ -1,4 +1,4 @@
-from domino.card.paths import PLOTS, template_files  # the plots' file names and the card's templates
+from domino.card.paths import report_plots, template_files  # the plots' file names and the card's templates
 
 
 rule report:
@@ -29,7 +29,7 @@ rule report:
            for name in ("model_card.md", "model_card_appendix.md", "reproduction.md")},
         # the plots; declared so that Snakemake's HTML report shows them
         **{key: update(report(f"reports/{name}", caption=f"../report/{Path(name).stem}.rst", category="Plots"))
-           for key, name in PLOTS.items()},
+           for key, name in report_plots(config["checkpoints"]).items()},
     params:
         **stage_params("report"),
         results=results_dir,
