@@ -654,8 +654,10 @@ def ngram_runs(ng: dict) -> list[str]:
 
 
 def vllm_runs(cfg: dict) -> list[str]:
-    """What vLLM serves: the plain verifier and every checkpoint (``domino.vllm_plugin``)."""
-    return ["baseline"] + list(cfg["checkpoints"])
+    """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm_plugin``) and the
+    n-gram lookup row where the benchmark decodes it (vLLM's ``ngram`` method; the
+    lookup-then-checkpoint row has no vLLM method)."""
+    return ["baseline"] + list(cfg["checkpoints"]) + [r for r in lookup_runs(cfg) if r == LOOKUP]
 
 
 # What an overlay may change in a directory that holds a finished run: it may only add jobs.

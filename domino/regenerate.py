@@ -174,10 +174,17 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
                                   torch.Generator().manual_seed(seed))
     if len(rows) != len(prompts):
         raise RegenerateError(f"{len(rows)} rows but {len(prompts)} prompts")
-    for r, p in zip(rows, prompts):
-        if len(p) >= cfg.seq_len:
-            raise RegenerateError(f"conversation {r.get('id')!r}: its prompt of {len(p)} tokens leaves no room "
-                                  f"for an answer within data.seq_len {cfg.seq_len}")
+    # a prompt of seq_len tokens or more leaves no room for an answer: its conversation is left out
+    fits = [i for i, p in enumerate(prompts) if len(p) < cfg.seq_len]
+    left_out = len(rows) - len(fits)
+    if left_out:
+        first = next(r for r, p in zip(rows, prompts) if len(p) >= cfg.seq_len)
+        if not fits:
+            raise RegenerateError(f"every conversation's prompt (the first {first.get('id')!r}) leaves no room for "
+                                  f"an answer within data.seq_len {cfg.seq_len}")
+        logger.warning("%d of %d conversations left out: their prompts leave no room for an answer within "
+                       "data.seq_len %d (the first: %r)", left_out, len(rows), cfg.seq_len, first.get("id"))
+        rows, prompts = [rows[i] for i in fits], [prompts[i] for i in fits]
     out = Path(out)
     parts = out.with_name(out.name + PARTS_SUFFIX)
     parts.mkdir(parents=True, exist_ok=True)
@@ -217,7 +224,7 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
     shutil.rmtree(parts)
     seconds = time.perf_counter() - t0
     answer_tokens = [sum(r["loss_mask"]) for r in regenerated]
-    return {"conversations": len(regenerated), "cut": sum(r["cut"] for r in regenerated),
+    return {"conversations": len(regenerated), "left_out": left_out, "cut": sum(r["cut"] for r in regenerated),
             "answer_tokens": sum(answer_tokens), "tokens": sum(len(r["input_ids"]) for r in regenerated),
             "mean_answer_tokens": sum(answer_tokens) / max(len(answer_tokens), 1),
             "generated_tokens": total_tokens, "seconds": seconds,

@@ -507,6 +507,15 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
     run_vllm_benchmark(run, verifier, export, baseline, ours, out, checkpoint_dir=checkpoint_dir, **_served(cfg))
 
 
+@stage("vllm_benchmark_lookup", _VLLM, {"verifier": "param", "baseline": "input", "ours": "input", "out": "output"})
+def vllm_benchmark_lookup(cfg: StageConfig, verifier: str, baseline: str, ours: str, out: str) -> None:
+    from .config import LOOKUP
+    from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
+
+    # the lookup's settings are those its benchmark row recorded (ours), as are the prompts
+    run_vllm_benchmark(LOOKUP, verifier, None, baseline, ours, out, **_served(cfg))
+
+
 def _served(cfg: StageConfig) -> dict:
     """What a vLLM benchmark job gives the engine and the loop beside it: the weights' dtype, the
     seed, vLLM's memory share, the device of the project's loop, how many prompts it serves."""

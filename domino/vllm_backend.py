@@ -19,7 +19,8 @@ Three uses, each beside the project's own transformers code rather than instead 
 * ``vllm_generate`` on an ``LLM`` built with ``speculative=<export dir>``: vLLM's own DFlash
   loop on a checkpoint written by ``domino.export``, any kind, as trained through
   ``domino.vllm_plugin``. Acceptance comes from vLLM's counters
-  (drafts, accepted tokens per position), read before and after each prompt.
+  (drafts, accepted tokens per position), read before and after each prompt; with
+  ``ngram=`` (the n-gram lookup row) vLLM's own ``ngram`` method, no drafter.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ import torch
 
 from .bench import BenchmarkError
 from .common import hardware
-from .decode import DecodeResult, NeuralDraft, decode
+from .config import LOOKUP
+from .decode import DecodeResult, NeuralDraft, NgramDraft, decode
 from .features import shard_tensors
 from .io import read_json, write_json
 from .acceptance import acceptance_from_counts, acceptance_summary, position_counts
@@ -62,17 +64,26 @@ def _llm(model: str, dtype: str, max_model_len: int | None, seed: int, memory_fr
 
 def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = None, seed: int = 0,
              memory_fraction: float = 0.9, speculative: str | None = None, drafts_per_step: int | None = None,
-             plugin: bool = True):
+             plugin: bool = True, ngram: dict | None = None):
     """A ``vllm.LLM`` for ``model``; with ``speculative`` (a ``domino.export`` directory) it
     drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step, as trained through
-    ``domino.vllm_plugin`` (``plugin=False``, for a control, lets vLLM serve it without).
+    ``domino.vllm_plugin`` (``plugin=False``, for a control, lets vLLM serve it without); with
+    ``ngram`` (a lookup row's ``{"max_n", "min_n", "drafts"}``, ``domino.bench.LookupSpec``) it
+    drafts with vLLM's own ``ngram`` method. vLLM's rule is not ``domino.decode.ngram_lookup``'s:
+    it takes the earliest occurrence of the longest match and drafts no further than the context
+    holds, where ours takes the latest and copies a full block.
 
     ``memory_fraction`` is vLLM's ``gpu_memory_utilization``: on the CPU backend it is the share
     of host memory reserved for the KV cache."""
     # a cached prefix skips the drafter's context for it (vLLM issue 47930): acceptance would
     # then depend on what ran before; every run here computes every prompt in full
     extra = {"enable_prefix_caching": False}
-    if speculative:
+    if ngram:
+        extra.update(speculative_config={"method": "ngram", "num_speculative_tokens": int(ngram["drafts"]),
+                                         "prompt_lookup_max": int(ngram["max_n"]),
+                                         "prompt_lookup_min": int(ngram["min_n"])},
+                     disable_log_stats=False)
+    elif speculative:
         if not drafts_per_step:
             raise ValueError("a speculative vLLM run needs drafts_per_step")
         if plugin:
@@ -293,9 +304,11 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
                        ours_path: str, out: str, *, dtype: str, seed: int, memory_fraction: float,
                        checkpoint_dir: str | None = None, device: str = "cpu", max_prompts: int | None = None) -> dict:
     """The same prompts served by vLLM and by the project's own loop, side by side in this
-    process: plain greedy (``run == "baseline"``) or vLLM's own DFlash loop on an exported
+    process: plain greedy (``run == "baseline"``), vLLM's own DFlash loop on an exported
     checkpoint, any kind, through ``domino.vllm_plugin``, beside ``domino.decode`` with the
-    checkpoint the export was written from (``checkpoint_dir``). Prompts, their token ids and
+    checkpoint the export was written from (``checkpoint_dir``), or (``run == "ngram"``, the
+    lookup row) vLLM's ``ngram`` method at the lookup's settings as the benchmark recorded them,
+    beside ``domino.decode.NgramDraft`` (their rules differ: ``load_llm``). Prompts, their token ids and
     ``max_new_tokens`` are read from the project's own result for the same run (``ours_path``),
     so both loops see identical inputs; ``max_prompts`` keeps the first N of them (None: all), and
     the project's acceptance figures beside vLLM's are then those of the same N prompts. A task of
@@ -323,18 +336,24 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     units = [(i, turn) for i, task in enumerate(prompts) for turn in task.get("turns") or [task]]
     max_new = ours["protocol"]["max_new_tokens"]
     speculative = run != "baseline"
-    if speculative and not checkpoint_dir:
+    lookup = ours.get("lookup") if run == LOOKUP else None  # max_n, min_n, drafts as the benchmark decoded them
+    if run == LOOKUP and (lookup is None or lookup["then"] is not None):
+        raise BenchmarkError(f"vLLM run {run!r}: {ours_path} is no n-gram lookup row of its own")
+    if speculative and lookup is None and not checkpoint_dir:
         raise BenchmarkError(f"vLLM run {run!r}: the project's loop beside it needs the trained checkpoint")
-    drafts_per_step = served_drafts_per_step(export_dir) if speculative else None
+    drafts_per_step = (lookup["drafts"] if lookup else served_drafts_per_step(export_dir)) if speculative else None
     # our loop's acceptance over the prompts served here, as the benchmark summarised all of them
     ours_acceptance = (acceptance_summary([p["accepted_per_step"] for p in prompts], drafts_per_step)
                        if speculative else ours["summary"])
     verifier = load_verifier(verifier_path, dtype, device)
     stop_ids = eos_ids(load_tokenizer(verifier_path), verifier.config)
     llm = load_llm(verifier_path, dtype, max_model_len=verifier.config.max_position_embeddings, seed=seed,
-                   memory_fraction=memory_fraction, speculative=export_dir if speculative else None,
-                   drafts_per_step=drafts_per_step)
-    draft = NeuralDraft(Drafter.load(checkpoint_dir).to(device, dtype=verifier.dtype).eval()) if speculative else None
+                   memory_fraction=memory_fraction, speculative=export_dir if speculative and not lookup else None,
+                   drafts_per_step=drafts_per_step, ngram=lookup)
+    if lookup:
+        draft = NgramDraft(lookup["drafts"], lookup["max_n"], lookup["min_n"])
+    else:
+        draft = NeuralDraft(Drafter.load(checkpoint_dir).to(device, dtype=verifier.dtype).eval()) if speculative else None
 
     def ours_decode(i: int, ids: list[int], n: int) -> DecodeResult:
         return decode(verifier, ids, n, stop_ids, draft=draft)
@@ -374,7 +393,8 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
 
     protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
                     **({"export": export_dir} if export_dir else {}))
-    result = {"run": run, "protocol": protocol, "summary": summary, "prompts": records}
+    result = {"run": run, "protocol": protocol, "summary": summary, "prompts": records,
+              **({"lookup": lookup} if lookup else {})}
     write_json(out, result)
     logger.info("vLLM %s: %d tokens in %.1fs, %.1f tok/s, AL %.3f (ours %.3f), %d/%d continuations identical "
                 "to ours", run, summary["new_tokens"], summary["seconds"], summary["tps"], summary["acceptance_length"],

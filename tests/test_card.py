@@ -498,6 +498,13 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
             "| 0.42× [0.41×, 0.44×] | 164 of 164 | — |") in text
     table = text.split("## Cross-check")[1].split("\n## ")[0]
     assert "| Domino | 1.500 | 1.500 |" in table and "| DFlash shift | 1.200 | 1.210 |" in table
+    assert "`ngram` method" not in table  # said only where the lookup row is served
+    lookup = _vllm_result("ngram", 2.4, 2.9, 300.0, 1.5, 160)
+    (d / "ngram.json").write_text(json.dumps({**lookup, "lookup": {"max_n": 2, "min_n": 1, "drafts": 10, "then": None}}))
+    render_results(results_copy, tmp_path / "lookup", CARD_INFO, PROVENANCE, vllm_runs=[*rows, "ngram"])
+    table = (tmp_path / "lookup" / "model_card_appendix.md").read_text().split("## Cross-check")[1].split("\n## ")[0]
+    assert "| n-gram lookup, no training (vLLM's ngram) | 2.400 | 2.900 |" in table
+    assert "served by vLLM's own `ngram` method" in " ".join(table.split())
     # without the option the section is absent, even with the files on disk
     render_results(results_copy, tmp_path / "without", CARD_INFO, PROVENANCE)
     assert "Cross-check" not in (tmp_path / "without" / "model_card_appendix.md").read_text()

@@ -120,9 +120,18 @@ def test_sampled_answers_follow_the_seed(model, tmp_path, one_thread):
     assert texts[0] == texts[1] != texts[2]
 
 
-def test_a_prompt_with_no_room_left_is_refused(model, tmp_path):
-    with pytest.raises(rg.RegenerateError, match="c0.*leaves no room for an answer within data.seq_len 8"):
-        rg.regenerate(model, "v", [{"id": "c0"}], [list(range(3, 11))], [], 0, _config(seq_len=8), tmp_path / "o")
+def test_a_prompt_with_no_room_left_is_left_out_in_one_line(model, tmp_path, caplog):
+    """A conversation whose prompt fills data.seq_len is left out, said once and counted; only a
+    split that none fits is refused."""
+    rows, prompts = [{"id": "c0"}, {"id": "c1"}, {"id": "c2"}], [[3, 4], list(range(3, 11)), [5, 6, 7]]
+    with caplog.at_level("WARNING", logger="domino.regenerate"):
+        s = rg.regenerate(model, "v", rows, prompts, [], 0, _config(seq_len=8), tmp_path / "o")
+    assert [m for m in caplog.messages if "left out" in m] == [
+        "1 of 3 conversations left out: their prompts leave no room for an answer within data.seq_len 8 (the first: 'c1')"]
+    assert s["left_out"] == 1 and s["conversations"] == 2
+    assert [json.loads(line)["id"] for line in (tmp_path / "o").read_text().splitlines()] == ["c0", "c2"]
+    with pytest.raises(rg.RegenerateError, match="every conversation's prompt .*'c1'.* data.seq_len 8"):
+        rg.regenerate(model, "v", rows[1:2], prompts[1:2], [], 0, _config(seq_len=8), tmp_path / "p")
 
 
 def test_the_first_turn_prompt_is_the_benchmarks(micro_run):

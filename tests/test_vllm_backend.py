@@ -182,6 +182,28 @@ def test_regeneration_through_vllm_matches_transformers(vllm_micro_run, tmp_path
 
 
 @pytest.mark.parametrize("suite", ["humaneval", "mt-bench"])
+def test_vllm_serves_the_lookup_row_by_its_ngram_method(vllm_micro_run, suite):
+    """The n-gram lookup row through vLLM's ngram method at the settings the benchmark recorded:
+    every continuation is plain greedy's in both loops (float32), vLLM drafts and lands tokens,
+    and the card names the row and says that the two rules differ."""
+    import json
+
+    repo = vllm_micro_run
+    theirs = json.loads((repo / f"results/vllm_benchmark/{suite}/ngram.json").read_text())
+    ours = json.loads((repo / f"results/benchmark/{suite}/ngram.json").read_text())
+    plain = json.loads((repo / f"results/benchmark/{suite}/baseline.json").read_text())
+    s = theirs["summary"]
+    print(f"{suite} ngram: vLLM AL {s['acceptance_length']:.3f}, ours {s['ours_acceptance_length']:.3f}, "
+          f"{s['same_tokens_as_ours']}/{s['prompts']} identical, vLLM {s['tps']:.1f} tok/s")
+    assert theirs["lookup"] == ours["lookup"] and theirs["protocol"]["suite"] == suite
+    assert s["same_tokens_as_ours"] == s["prompts"] == 16
+    assert [t["new_token_ids"] for t in theirs["prompts"]] == [p["new_token_ids"] for p in plain["prompts"][:16]]
+    assert s["drafts_per_step"] == ours["lookup"]["drafts"] and s["acceptance_length"] > 1.0
+    card = " ".join((repo / "reports/model_card_appendix.md").read_text().split())
+    assert "| n-gram lookup, no training (vLLM's ngram) |" in card and "served by vLLM's own `ngram` method" in card
+
+
+@pytest.mark.parametrize("suite", ["humaneval", "mt-bench"])
 @pytest.mark.parametrize("run", ["baseline", "dflash-shift", "dflash-noshift", "domino"])
 def test_vllm_serves_every_export_like_our_loop(vllm_micro_run, run, suite):
     """Every prompt's vLLM continuation is our loop's, and (for an export) vLLM's counters of

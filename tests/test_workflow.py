@@ -21,7 +21,8 @@ def test_dry_run_of_the_default(tmp_path):
 
 def test_dry_run_with_the_vllm_stages(tmp_path):
     """vllm.benchmark adds the vLLM runs (plain + every export, served through domino's vLLM
-    plugin) and the extraction runs under the vLLM interpreter; nothing else changes."""
+    plugin, + the n-gram lookup row through vLLM's ngram method) and the extraction runs under
+    the vLLM interpreter; nothing else changes."""
     repo = copy_repo(tmp_path)
     fake = tmp_path / "vllm-env-python"
     (repo / "vllm.yaml").write_text(
@@ -31,13 +32,14 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
     out = run_snakemake(repo, "-n", "-p", "--configfile", "config.yaml", "vllm.yaml", "--", "reports/model_card.md")
     jobs = planned_jobs(out)
     assert jobs == {**DEFAULT_JOBS, "regenerate": 2, "benchmark": 2, "export": 3, "vllm_benchmark_baseline": 2,
-                    "vllm_benchmark": 6}, jobs
+                    "vllm_benchmark": 6, "vllm_benchmark_lookup": 2}, jobs
     text = out.stdout + out.stderr
     assert text.count(f"{fake} -m domino extract_hidden_states") == 2
     assert text.count(f"{fake} -m domino regenerate") == 2  # data.generation_backend: vllm
-    assert text.count(f"{fake} -m domino vllm_benchmark") == 8
+    assert text.count(f"{fake} -m domino vllm_benchmark") == 10
+    assert "ngram-domino" not in text.split("vllm_benchmark")[-1]  # the lookup-then-Domino row has no vLLM method
     for suite in ("humaneval", "mt-bench"):  # every suite served, each from its own benchmark's prompts
-        for run in ("baseline", "dflash-shift", "dflash-noshift", "domino"):
+        for run in ("baseline", "dflash-shift", "dflash-noshift", "domino", "ngram"):
             assert f"--ours results/benchmark/{suite}/{run}.json" in text
             assert f"--out results/vllm_benchmark/{suite}/{run}.json" in text
 

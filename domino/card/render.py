@@ -423,8 +423,10 @@ def _vllm_rows(res: dict) -> dict | None:
         protocol = res["suites"][suite]["baseline"]["protocol"]
         tables.append({"name": _suite_name(res["suites"][suite]), "benchmark_prompts": protocol["prompts"],
                        "turns": protocol.get("turns", 1),
-                       "rows": [{"label": LABELS.get(run, run), **vllm_row(b["summary"])} for run, b in served.items()]})
-    return {"backend": res["vllm"][MAIN_SUITE]["baseline"]["protocol"]["backend"], "tables": tables}
+                       "rows": [{"label": f"{lookup_label(b)} (vLLM's ngram)" if "lookup" in b else LABELS.get(run, run),
+                                 **vllm_row(b["summary"])} for run, b in served.items()]})
+    return {"backend": res["vllm"][MAIN_SUITE]["baseline"]["protocol"]["backend"], "tables": tables,
+            "lookup": any("lookup" in b for served in res["vllm"].values() for b in served.values())}
 
 
 # ---------------------------------------------------------------- front matter

@@ -46,7 +46,7 @@ def card_stages(cfg: dict) -> list[str]:
     stages += [f"sampling/{sampling_dir(t)}/{s}" for t in cfg["benchmark"]["temperatures"] if t > 0 for s in suites]
     if cfg["vllm"]["benchmark"]:
         served = vllm_runs(cfg)
-        stages += [f"export/{r}" for r in served if r != "baseline"]
+        stages += [f"export/{r}" for r in served if r in cfg["checkpoints"]]
         stages += [f"vllm_benchmark/{s}/{r}" for s in suites for r in served]
     return stages
 

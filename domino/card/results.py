@@ -192,7 +192,8 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
         out["vllm"][suite] = {}
         for run in vllm_runs:
             bench = _read(root / "vllm_benchmark" / suite / f"{run}.json", "vllm_benchmark")
-            out["vllm"][suite][run] = {"protocol": bench["protocol"], "summary": bench["summary"]}
+            out["vllm"][suite][run] = {"protocol": bench["protocol"], "summary": bench["summary"],
+                                       **({"lookup": bench["lookup"]} if "lookup" in bench else {})}
     return out
 
 

@@ -14,6 +14,12 @@ all of them; in bf16 a batch's rows may round otherwise than a row alone).
     python -m domino.tools.bench_regenerate --directory runs/regenerated --configfile config/regenerate.yaml
     python -m domino.tools.bench_regenerate --directory runs/regenerated --configfile config/regenerate.yaml --conversations 64
 
+With ``--against vllm`` (in the vLLM environment, docs/card-scale.md) the other way is vLLM
+answering the whole group in one call (its continuous batching, ``domino.vllm_backend.vllm_answers``,
+what ``data.generation_backend: vllm`` runs) in place of one prompt at a time:
+
+    .venv-vllm/bin/python -m domino.tools.bench_regenerate --directory runs/regenerated --configfile config/regenerate.yaml --against vllm
+
 A measurement script, not a test: its figures depend on the machine.
 """
 
@@ -43,9 +49,10 @@ def prompt_and_answer(row: dict) -> tuple[list[int], list[int]]:
 
 
 def time_group(verifier, prompts: list[list[int]], max_new: int, stops: list[int], pad: int,
-               batched_first: bool) -> dict:
-    """One group answered batched and one prompt at a time, in the order given: tokens, seconds
-    and answers of each way."""
+               batched_first: bool, other=None) -> dict:
+    """One group answered batched and another way, in the order given: tokens, seconds and
+    answers of each way. The other way is one prompt at a time (``"plain"``), or ``other``, a
+    function of the group's prompts that returns their answers (``"other"``)."""
     def batched():
         t0 = time.perf_counter()
         answers = [a for a, _ in generate_batch(verifier, prompts, max_new, stops, pad)]
@@ -56,8 +63,14 @@ def time_group(verifier, prompts: list[list[int]], max_new: int, stops: list[int
         answers = [decode(verifier, p, max_new, stops).new_token_ids for p in prompts]
         return answers, time.perf_counter() - t0
 
-    ways = {"batched": batched, "plain": one_at_a_time}
-    order = ("batched", "plain") if batched_first else ("plain", "batched")
+    def through_other():
+        t0 = time.perf_counter()
+        answers = other(prompts)
+        return answers, time.perf_counter() - t0
+
+    second = "plain" if other is None else "other"
+    ways = {"batched": batched, "plain": one_at_a_time, "other": through_other}
+    order = ("batched", second) if batched_first else (second, "batched")
     out = {}
     for way in order:
         answers, seconds = ways[way]()
@@ -76,9 +89,12 @@ def parser():
     ap.add_argument("--directory", default=".", help="the finished run's directory (snakemake --directory), "
                                                      "with results/regenerate/train.jsonl")
     ap.add_argument("--configfile", nargs="+", default=[], help="the run's overlays, as given to snakemake")
-    ap.add_argument("--conversations", type=int, default=256, help="the first N regenerated training rows")
+    ap.add_argument("--conversations", type=int, default=256, help="the first N regenerated rows of the split")
+    ap.add_argument("--split", choices=("train", "val"), default="train", help="the regenerated split read")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (without it: the config's "
                                                               "threads, the regenerate job's count)")
+    ap.add_argument("--against", choices=("plain", "vllm"), default="plain",
+                    help="the other way: one prompt at a time (plain) or vLLM's batched call (vllm)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     return ap
 
@@ -90,7 +106,7 @@ def main(argv=None) -> dict:
     run_dir, d = Path(a.directory), cfg["data"]
     threads = a.threads or cfg["threads"]
     torch.set_num_threads(threads)
-    rows = read_jsonl(run_dir / "results/regenerate/train.jsonl")[:a.conversations]
+    rows = read_jsonl(run_dir / f"results/regenerate/{a.split}.jsonl")[:a.conversations]
     pairs = sorted((prompt_and_answer(r) for r in rows), key=lambda pa: len(pa[0]))
     path = verifier_path(cfg, run_dir)
     tok = load_tokenizer(path)
@@ -100,28 +116,41 @@ def main(argv=None) -> dict:
     size, max_new = d["generation_batch_size"], d["max_new_tokens"]
     print(f"{len(pairs)} prompts in groups of {size} (data.generation_batch_size), at most {max_new} new tokens, "
           f"verifier in {cfg['verifier']['dtype']}, {threads} torch thread(s), {os.cpu_count()} cores")
+    other, way, name = None, "plain", "one at a time"
+    if a.against == "vllm":  # the vLLM environment's interpreter runs this
+        from ..vllm_backend import load_llm, vllm_answers
+
+        llm = load_llm(path, cfg["verifier"]["dtype"], max_model_len=d["seq_len"], seed=cfg["seed"],
+                       memory_fraction=cfg["vllm"]["memory_fraction"])
+
+        def other(prompts):
+            return [ans for ans, _ in vllm_answers(llm, prompts, max_new, stops)]
+        other([pairs[0][0]])  # warm-up
+        way, name = "other", "vLLM"
     generate_batch(verifier, [pairs[0][0]], 4, stops, pad)  # warm-up: allocator and thread pool
     groups = []
     for g, start in enumerate(range(0, len(pairs), size)):
         group = pairs[start:start + size]
-        res = time_group(verifier, [p for p, _ in group], max_new, stops, pad, batched_first=g % 2 == 0)
+        res = time_group(verifier, [p for p, _ in group], max_new, stops, pad, batched_first=g % 2 == 0, other=other)
         res["as_written"] = [answer for _, answer in group]
         groups.append(res)
-        print(f"group {g}: batched {res['batched']['tokens'] / res['batched']['seconds']:.0f} tok/s, one at a time "
-              f"{res['plain']['tokens'] / res['plain']['seconds']:.0f} tok/s")
-    col = {way: {k: [gr[way][k] for gr in groups] for k in ("tokens", "seconds")} for way in ("batched", "plain")}
-    ratio = paired_rate_ratio(col["batched"]["tokens"], col["batched"]["seconds"], col["plain"]["tokens"],
-                              col["plain"]["seconds"], RESAMPLES, cfg["seed"])
-    answers = [(b, p, w) for gr in groups for b, p, w in zip(gr["batched"]["answers"], gr["plain"]["answers"],
+        print(f"group {g}: batched {res['batched']['tokens'] / res['batched']['seconds']:.0f} tok/s, {name} "
+              f"{res[way]['tokens'] / res[way]['seconds']:.0f} tok/s")
+    col = {w: {k: [gr[w][k] for gr in groups] for k in ("tokens", "seconds")} for w in ("batched", way)}
+    ratio = paired_rate_ratio(col["batched"]["tokens"], col["batched"]["seconds"], col[way]["tokens"],
+                              col[way]["seconds"], RESAMPLES, cfg["seed"])
+    answers = [(b, p, w) for gr in groups for b, p, w in zip(gr["batched"]["answers"], gr[way]["answers"],
                                                              gr["as_written"])]
+    label = "plain" if way == "plain" else a.against
     out = {"prompts": len(pairs), "groups": len(groups), "batch_size": size, "threads": threads,
-           "dtype": cfg["verifier"]["dtype"],
-           **{f"{way}_tokens_per_second": sum(col[way]["tokens"]) / sum(col[way]["seconds"]) for way in col},
-           "batched_over_plain": ratio.estimate, "batched_over_plain_ci": ratio.bounds(),
+           "dtype": cfg["verifier"]["dtype"], "against": a.against,
+           "batched_tokens_per_second": sum(col["batched"]["tokens"]) / sum(col["batched"]["seconds"]),
+           f"{label}_tokens_per_second": sum(col[way]["tokens"]) / sum(col[way]["seconds"]),
+           f"batched_over_{label}": ratio.estimate, f"batched_over_{label}_ci": ratio.bounds(),
            "same_answers_both_ways": sum(b == p for b, p, _ in answers),
            "batched_as_written": sum(b[:len(w)] == w for b, _, w in answers)}  # w: cut at data.seq_len
-    print(f"batched {out['batched_tokens_per_second']:.0f} tok/s, one at a time {out['plain_tokens_per_second']:.0f} "
-          f"tok/s: batched / one at a time {ratio.estimate:.2f}x [{ratio.low:.2f}x, {ratio.high:.2f}x] over "
+    print(f"batched {out['batched_tokens_per_second']:.0f} tok/s, {name} {out[f'{label}_tokens_per_second']:.0f} "
+          f"tok/s: batched / {name} {ratio.estimate:.2f}x [{ratio.low:.2f}x, {ratio.high:.2f}x] over "
           f"{len(groups)} groups; answers the same both ways {out['same_answers_both_ways']} of {len(answers)}, "
           f"batched as the stage wrote them {out['batched_as_written']} of {len(answers)}")
     if a.json:

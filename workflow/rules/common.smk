@@ -73,7 +73,7 @@ VLLM = config["vllm"]
 # The launcher of the stages that run under vLLM; without vllm.python no such job is planned (the
 # config check refuses a vLLM stage without it), and the rules' text still needs a command.
 VLLM_DOMINO = vllm_launcher(VLLM["python"], workflow.basedir) if VLLM["python"] else "false vllm.python is null"
-VLLM_RUNS = vllm_runs(config)  # the plain verifier and every checkpoint
+VLLM_RUNS = vllm_runs(config)  # the plain verifier, every checkpoint, the n-gram lookup row
 
 
 def stage_params(name):

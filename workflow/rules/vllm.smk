@@ -1,6 +1,7 @@
 # Optional (vllm.benchmark: true): every suite's benchmark prompts served by vLLM, as a cross-check
 # of the project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on every exported
-# checkpoint, as trained through domino.vllm_plugin; each job decodes every prompt with the
+# checkpoint, as trained through domino.vllm_plugin, and vLLM's ngram method for the n-gram lookup
+# row (benchmark.ngram; its settings as the benchmark recorded them); each job decodes every prompt with the
 # project's loop too, alternately in one process, for the speed ratio. The prompts are read from
 # results/benchmark/{suite}/{run}.json, so both loops decode the very same token ids (a later
 # turn's too: it follows the project's plain answer to the turn before, as the benchmark's did).
@@ -36,7 +37,7 @@ rule vllm_benchmark:
         out="results/vllm_benchmark/{suite}/{run}.json",
     wildcard_constraints:
         suite="|".join(SUITES),
-        run="|".join(VLLM_RUNS[1:]),
+        run="|".join(r for r in VLLM_RUNS[1:] if r in config["checkpoints"]),
     params:
         **stage_params("vllm_benchmark"),
         verifier=verifier_path,
@@ -47,3 +48,23 @@ rule vllm_benchmark:
         "benchmarks/vllm_benchmark/{suite}/{run}.tsv"
     shell:
         domino("vllm_benchmark", VLLM_DOMINO)
+
+
+rule vllm_benchmark_lookup:
+    input:
+        verifier=VERIFIER_INPUT,
+        ours="results/benchmark/{suite}/ngram.json",
+        baseline="results/vllm_benchmark/{suite}/baseline.json",
+    output:
+        out="results/vllm_benchmark/{suite}/ngram.json",
+    wildcard_constraints:
+        suite="|".join(SUITES),
+    params:
+        **stage_params("vllm_benchmark_lookup"),
+        verifier=verifier_path,
+    log:
+        "logs/vllm_benchmark/{suite}/ngram.log",
+    benchmark:
+        "benchmarks/vllm_benchmark/{suite}/ngram.tsv"
+    shell:
+        domino("vllm_benchmark_lookup", VLLM_DOMINO)
