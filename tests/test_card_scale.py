@@ -314,7 +314,7 @@ def test_profiles_parse():
     res = slurm["set-resources"]
     assert set(res) <= _rules()
     for rule in ("extract_hidden_states", "train", "validate", "benchmark", "sampling",
-                 "vllm_benchmark_baseline", "vllm_benchmark"):
+                 "vllm_benchmark_baseline", "vllm_benchmark", "vllm_benchmark_lookup"):
         assert res[rule]["gpu"] == 1, rule
         assert "gres" not in res[rule]  # the plugin refuses gpu and gres together
     for rule in ("prepare_data", "export"):
@@ -322,7 +322,7 @@ def test_profiles_parse():
 
 
 def _dry_run(cwd, *args):
-    return planned_jobs(run_snakemake(cwd, "-n", "--profile", "workflow/profiles/default", *args))
+    return planned_jobs(run_snakemake(cwd, "-n", *args))  # the default profile, profiles/default, is read by itself
 
 
 def test_default_profile_dry_run(tmp_path):

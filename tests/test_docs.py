@@ -21,7 +21,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 AS_WRITTEN = ("python -m domino.config",)
 # the vLLM environment is optional: its lines are dry-run with a stand-in interpreter (vllm.python);
 # the SLURM executor plugin comes with the slurm extra, which the README's test line installs
-SLURM = "workflow/profiles/slurm"
+SLURM = "profiles/slurm"
 
 
 def _code_lines(text: str) -> list[str]:

@@ -348,16 +348,21 @@ def test_a_report_that_fails_keeps_the_last_card(micro_run, tmp_path):
     assert _last_line((run / "logs" / "report.log").read_text()).startswith("domino report: DamagedFile: ")
 
 
-def test_the_card_templates_are_inputs_of_the_report(micro_run, tmp_path):
-    """Every card template is an input of the report rule, so that editing one reruns the report
-    (Snakemake then compares the small file's checksum, not only its time). Read off a dry run of
-    the report job, forced, so that the repository's templates are never touched."""
-    from domino.card.paths import template_files
+def test_the_card_templates_are_a_param_of_the_report(micro_run, tmp_path):
+    """The report rule records the card templates' digest, so that editing one reruns the report,
+    and names no file under the checkout, so that a run moved with its checkout keeps its report.
+    Read off a dry run of the report job, forced, so that the repository's templates are never touched."""
+    from domino.card.paths import TEMPLATES, template_digest, template_files
 
     run = copy_run(micro_run, tmp_path / "run")
     out = run_snakemake(run, "-n", "--forcerun", "report", "reports/model_card.md", *MICRO)
     inputs = re.search(r"^rule report:\n\s+input: (.*)$", out.stdout + out.stderr, re.M).group(1).split(", ")
-    assert len(template_files()) == 3 and {str(p) for p in template_files()} <= set(inputs), inputs
+    assert not [i for i in inputs if os.path.isabs(i)], inputs
+    copy = shutil.copytree(TEMPLATES, tmp_path / "templates")
+    assert len(template_files(copy)) == 3 and template_digest(copy) == template_digest()
+    edited = template_files(copy)[0]
+    edited.write_text(edited.read_text() + "\n")
+    assert template_digest(copy) != template_digest()
 
 
 # -----------------------------------------------------------------------------

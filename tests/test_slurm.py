@@ -1,4 +1,4 @@
-"""The micro workflow through workflow/profiles/slurm on a real one-node SLURM cluster
+"""The micro workflow through profiles/slurm on a real one-node SLURM cluster
 (tests/slurm/single_node.sh): every rule one sbatch job, the results equal a local run's, and a
 failing rule reported as failed within a bounded wait. Run by CI with ``-m slurm`` (root, and
 Debian's slurmctld, slurmd, slurm-client and munge installed)."""
@@ -18,7 +18,7 @@ SCRIPT = ROOT / "tests" / "slurm" / "single_node.sh"
 ETC_CONF = Path("/etc/slurm/slurm.conf")  # the link `start` makes (single_node.sh says why)
 # the workflow profile that fits the profile to a one-node CPU cluster (it replaces set-resources)
 CPU_OVERLAY = ROOT / "tests" / "slurm" / "cpu"
-PROFILE = ("--profile", "workflow/profiles/slurm", "--workflow-profile", str(CPU_OVERLAY))
+PROFILE = ("--profile", "profiles/slurm", "--workflow-profile", str(CPU_OVERLAY))
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+)")
 
 

@@ -5,6 +5,7 @@ rule's outputs and inputs."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,9 +43,20 @@ def report_plots(checkpoints: dict) -> dict[str, str]:
     return {**PLOTS, **(DATA_SIZE_PLOT if data_size_points(checkpoints) else {})}
 
 
-def template_files() -> list[Path]:
-    """The card's Jinja2 templates: inputs of the report rule, so that editing one reruns it."""
-    return sorted(TEMPLATES.glob("*.j2"))
+def template_files(folder: Path = TEMPLATES) -> list[Path]:
+    """The card's Jinja2 templates."""
+    return sorted(Path(folder).glob("*.j2"))
+
+
+def template_digest(folder: Path = TEMPLATES) -> str:
+    """The sha256 of the templates' names and contents: a param of the report rule, so that
+    editing one reruns the report while a run directory, or the checkout beside it, may move
+    (an input would name the templates by their absolute paths)."""
+    h = hashlib.sha256()
+    for path in template_files(folder):
+        h.update(f"{path.name}\0{len(path.read_bytes())}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 class CardPaths(NamedTuple):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node SLURM cluster on this machine, for trying workflow/profiles/slurm before a real cluster
+# A one-node SLURM cluster on this machine, for trying profiles/slurm before a real cluster
 # and for the test that runs the micro workflow through it (tests/test_slurm.py).
 #
 #   tests/slurm/single_node.sh start DIR   # writes DIR/slurm.conf, starts munged, slurmctld, slurmd

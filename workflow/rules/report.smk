@@ -1,4 +1,4 @@
-from domino.card.paths import report_plots, template_files  # the plots' file names and the card's templates
+from domino.card.paths import report_plots, template_digest  # the plots' file names and the card's templates
 
 
 rule report:
@@ -14,8 +14,6 @@ rule report:
         drafter_configs=expand("results/train/{checkpoint}/checkpoint/drafter_config.json", checkpoint=CHECKPOINTS),
         vllm=vllm_outputs,
         sampling=sampling_outputs,
-        # the card's Jinja2 templates (domino/card/templates): editing one reruns the report
-        templates=template_files(),
     # every output is update(): Snakemake keeps the last version and restores it when the job
     # fails, so a report that does not render leaves the last card in place
     output:
@@ -32,6 +30,9 @@ rule report:
            for key, name in report_plots(config["checkpoints"]).items()},
     params:
         **stage_params("report"),
+        # the card's Jinja2 templates (domino/card/templates) by their digest: editing one reruns the
+        # report, and a run that moves with its checkout does not (inputs would be absolute paths)
+        templates=template_digest(),
         results=results_dir,
         stage_benchmarks="benchmarks",
     log:
