@@ -305,10 +305,13 @@ def _rules() -> set:
 
 
 def test_profiles_parse():
-    default = yaml.safe_load((ROOT / "workflow" / "profiles" / "default" / "config.yaml").read_text())
-    assert default["cores"] == 1 and default["printshellcmds"] is True
+    """One profiles folder: the default profile Snakemake reads on every run, and the SLURM one."""
+    assert sorted(p.name for p in (ROOT / "profiles").iterdir()) == ["default", "slurm"]
+    assert not (ROOT / "workflow" / "profiles").exists()
+    default = yaml.safe_load((ROOT / "profiles" / "default" / "config.yaml").read_text())
+    assert default["cores"] == 1 and default["printshellcmds"] is True and default["rerun-incomplete"] is True
     assert "params" in default["rerun-triggers"]
-    slurm = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    slurm = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     assert slurm["executor"] == "slurm" and slurm["jobs"] >= 1
     assert {"runtime", "mem_mb"} <= set(slurm["default-resources"])
     res = slurm["set-resources"]
