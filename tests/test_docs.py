@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPORT_COMMAND, ROOT, copy_repo, run_snakemake
+from conftest import REPORT_COMMAND, ROOT, code_map, copy_repo, run_snakemake
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # entry points that only read and print: run exactly as documented
@@ -106,21 +106,6 @@ def test_documented_command_runs(doc, cmd, repo, request):
     out = subprocess.run([sys.executable, "-m", module, *args], cwd=repo, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, f"{doc}: {cmd}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-
-
-def code_map() -> set[str]:
-    """The paths under ``domino/`` that the README's code map lists: a role line with no indent
-    (a folder when it ends in ``/``), then one indented line per module."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"^## Code map\n.*?```text\n(.*?)```", text, re.S | re.M).group(1)
-    listed, folder = set(), ""
-    for line in block.splitlines():
-        first = line.split()[0] if line.strip() else ""
-        if not line.startswith(" "):
-            folder = first if first.endswith("/") else ""
-        elif first:
-            listed.add(folder + first)
-    return listed
 
 
 def test_code_map_lists_every_module():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_docs import code_map
+from conftest import code_map
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "domino"
@@ -130,3 +130,15 @@ def test_the_workflow_names_the_report_files_without_matplotlib():
     assert out.stdout.strip() == "False", out.stdout + out.stderr
     assert "domino.card.paths" in (ROOT / "workflow" / "rules" / "report.smk").read_text()
     assert "card/paths.py" in code_map()
+
+
+def test_no_test_module_imports_another():
+    """What several test modules share lives in conftest.py; a test module imports no other one
+    (running one file alone then collects only that file's tests)."""
+    offenders = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not offenders, offenders

@@ -188,13 +188,13 @@ def test_validate_counts_teacher_forced_acceptance(shift, right, conditional, co
     drafting slots were all right, and the acceptance length counted from them, beside the
     marginal accuracies (the hand-counted anchors of test_train's two documents: 10 valid anchors,
     7 with a supervised a+2)."""
-    from test_train import SlotOracle, _two_doc_features
+    from conftest import SlotOracle, two_doc_features
 
     from domino.train import TrainConfig, validate
 
     cfg = TrainConfig.schema_defaults(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0,
                                       weighting="shifted" if shift else "classic")
-    res = validate(SlotOracle(shift, right), _two_doc_features(), cfg)
+    res = validate(SlotOracle(shift, right), two_doc_features(), cfg)
     assert [s["final_conditional_acc"] for s in res["per_slot"]] == conditional
     assert [s["final_conditional_count"] for s in res["per_slot"]] == counts
     assert [s["final_acc"] for s in res["per_slot"]] == [float(k in right) for k in range(3)]  # marginal

@@ -9,7 +9,7 @@ import statistics
 import pytest
 from conftest import render_results
 from fixtures.make_results import write_replicates
-from test_card import CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_num, table
+from conftest import CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_num, table
 
 from domino.card.results import load_results
 from domino.card.tables import Ordering, replicate_summary, spread

