@@ -351,8 +351,8 @@ REFUSED_FAMILIES = {
 SHAPE_ALIASES = {"num_hidden_layers": ("n_layer",), "hidden_size": ("n_embd",), "num_attention_heads": ("n_head",),
                  "max_position_embeddings": ("n_positions",), "intermediate_size": ("n_inner",),
                  "rms_norm_eps": ("layer_norm_epsilon", "layer_norm_eps")}
-# where a family keeps its final norm when not at model.norm (read there by train.loss kl_div and
-# the vLLM extraction)
+# where a family keeps its final norm when not at model.norm (read there by the vLLM extraction;
+# train.loss kl_div finds it by the families' names, domino.aux.decoder_parts)
 FINAL_NORM_AT = {"gpt2": "transformer.ln_f", "gpt_neox": "gpt_neox.final_layer_norm", "phi": "model.final_layernorm"}
 
 
@@ -424,7 +424,10 @@ def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | Non
     src = v["source"]
     path = Path(src).expanduser()
     if not path.exists():
-        if is_local_source(src):
+        # an org/name whose org is a folder of the run directory or the checkout names a local folder
+        folder = src.split("/")[0]
+        here = Path(folder).is_dir() or (checkout is not None and (Path(checkout) / folder).is_dir())
+        if is_local_source(src) or here:
             also = f", then the checkout, here {Path(checkout).resolve()}" if checkout is not None else ""
             raise ConfigError(f"verifier.source: {src!r} does not exist (allowed: 'embedded', a hub id like "
                               "'Qwen/Qwen3-0.6B', or an existing local directory; relative paths are read from "
@@ -525,14 +528,10 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
                                   "hidden state, which features.last_hidden_state: false leaves out (allowed: "
                                   "loss ce, or features.last_hidden_state true)")
     norm = (facts or {}).get("final_norm", "model.norm")
-    if norm != "model.norm":  # read there by train.loss kl_div and the vLLM extraction
-        sections = {"train": t, **{f"checkpoints.{n}.train": k.get("train") or {} for n, k in kinds.items()}}
-        uses = [f"{name}.loss: kl_div" for name, section in sections.items() if section.get("loss") == "kl_div"]
-        uses += ["features.backend: vllm"] if cfg["features"]["backend"] == "vllm" else []
-        if uses:
-            raise ConfigError(f"{uses[0]} reads the verifier's final norm at model.norm, which "
-                              f"model_type {facts['model_type']!r} keeps at {norm} (allowed with this verifier: "
-                              "loss ce and features.backend transformers)")
+    if norm != "model.norm" and cfg["features"]["backend"] == "vllm":  # the vLLM extraction reads model.norm
+        raise ConfigError(f"features.backend: vllm reads the verifier's final norm at model.norm, which "
+                          f"model_type {facts['model_type']!r} keeps at {norm} (allowed with this verifier: "
+                          "features.backend transformers)")
     if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
         raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")

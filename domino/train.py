@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from .aux import FINAL_NORMS, decoder_parts
 from .batches import (PackedRows, SeedStream, keyed_generator, sample_anchors, slot_last_states, slot_targets,
                       valid_anchor_mask)
 from .config import AuxNoise, aux_noise
@@ -129,7 +130,11 @@ class VerifierHead(torch.nn.Module):
 
     def __init__(self, verifier, draft_target_ids: torch.Tensor):
         super().__init__()
-        self.norm = copy.deepcopy(verifier.model.norm).float().requires_grad_(False)
+        norm = decoder_parts(verifier)["norm"]  # model.norm, GPT-2's transformer.ln_f, ...
+        if norm is None:
+            raise ValueError(f"train.loss kl_div needs the verifier's final norm, which {type(verifier).__name__} "
+                             f"keeps under none of the names {', '.join(FINAL_NORMS)}")
+        self.norm = copy.deepcopy(norm).float().requires_grad_(False)
         rows = verifier.get_output_embeddings().weight.detach()[draft_target_ids.to(verifier.device)]
         self.register_buffer("rows", rows.float().cpu().clone())  # (Vd, H)
 

@@ -98,15 +98,25 @@ def test_a_mistral_with_a_sliding_window_is_refused(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("family", ["GPT-2", "GPT-NeoX"])
-def test_what_reads_model_norm_is_refused_for_a_family_that_keeps_its_norm_elsewhere(folders, family):
+def test_a_family_that_keeps_its_norm_elsewhere_trains_with_kl_but_is_not_extracted_by_vllm(folders, family):
+    """train.loss kl_div finds the final norm by the families' names (GPT-2's transformer.ln_f):
+    the verifier's head over a stored last state gives back the verifier's own logits. The vLLM
+    extraction, which reads model.norm, is refused in one line."""
+    from domino.train import VerifierHead
+
     where = {"GPT-2": ("gpt2", "transformer.ln_f"), "GPT-NeoX": ("gpt_neox", "gpt_neox.final_layer_norm")}[family]
-    for over, first in (({"train.loss": "kl_div", "features.last_hidden_state": True}, "train.loss: kl_div"),
-                        ({"features.backend": "vllm"}, "features.backend: vllm")):
-        with pytest.raises(ConfigError) as err:
-            _checked(folders[family], **over)
-        assert str(err.value) == (f"{first} reads the verifier's final norm at model.norm, which model_type "
-                                  f"{where[0]!r} keeps at {where[1]} (allowed with this verifier: loss ce and "
-                                  "features.backend transformers)")
+    _checked(folders[family], **{"train.loss": "kl_div", "features.last_hidden_state": True})
+    with pytest.raises(ConfigError) as err:
+        _checked(folders[family], **{"features.backend": "vllm"})
+    assert str(err.value) == (f"features.backend: vllm reads the verifier's final norm at model.norm, which "
+                              f"model_type {where[0]!r} keeps at {where[1]} (allowed with this verifier: "
+                              "features.backend transformers)")
+    verifier = load_verifier(str(folders[family]))
+    ids = torch.randint(0, VOCAB - 1, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), AuxCapture(verifier, [LAYERS]) as cap:
+        logits = verifier(input_ids=ids).logits[0]
+    draft_ids = torch.arange(0, VOCAB, 3)
+    torch.testing.assert_close(VerifierHead(verifier, draft_ids)(cap.aux()[0]), logits[:, draft_ids].float())
 
 
 @pytest.mark.parametrize("family", RUNS)

@@ -223,6 +223,12 @@ def test_a_relative_verifier_folder_is_read_from_the_checkout_when_the_run_direc
         validate_config(_with("verifier.source", "./byo/none"), checkout=checkout)
     assert str(err.value).endswith(f"relative paths are read from the run directory, here {run}, then the "
                                    f"checkout, here {checkout})")
+    # byo/none reads as a hub id, but byo is a folder here: a local folder that does not exist
+    (run / "byo" / "tiny").rename(run / "byo" / "other")
+    for src in ("byo/none", "byo/tiny"):
+        with pytest.raises(ConfigError, match=f"^verifier.source: '{src}' does not exist"):
+            validate_config(_with("verifier.source", src), checkout=tmp_path / "elsewhere")
+    assert validate_config(_with("verifier.source", "Qwen/Qwen3-0.6B"), checkout=checkout)  # a hub id: loaded later
 
 
 def test_a_run_with_directory_reads_a_relative_verifier_folder_from_the_checkout(tmp_path):
