@@ -1,4 +1,4 @@
-"""domino.tools: every check run by hand explains itself with --help."""
+"""domino.tools: every check run by hand explains itself with --help, and each runs once, small."""
 
 import importlib
 import pkgutil
@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
 import domino.tools
 
@@ -33,3 +34,58 @@ def test_help_prints_the_description_and_the_arguments():
                          check=True).stdout
     assert "Every file\nunder ``results/`` must be byte-identical" in out  # the docstring as written
     assert "a workflow run directory (with results/ and reports/)" in out
+
+
+# ------------------------------------------------------------------ the hand-run tools, each run once, small
+
+
+def test_profile_step_times_each_part_of_every_checkpoints_step(micro_run, capsys):
+    from domino.tools import profile_step
+
+    profile_step.main(["--run", str(micro_run), "--prompts", "2", "--max-new-tokens", "8", "--threads", "1"])
+    out = capsys.readouterr().out
+    for name in ("dflash-shift", "dflash-noshift", "domino", "verify forward", "correction loop"):
+        assert name in out, name
+
+
+def test_bench_commits_against_this_commit_gives_the_same_outputs(micro_run, capsys):
+    """The package of HEAD (git archive) beside this checkout's: where the checkout is HEAD, every
+    decoder's outputs are the same both ways."""
+    from domino.tools import bench_commits
+
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "domino"], cwd=ROOT).returncode != 0:
+        pytest.skip("the checkout's package differs from HEAD's: the outputs may differ")  # a working tree being edited
+    bench_commits.main(["--run", str(micro_run), "--against", "HEAD", "--prompts", "2", "--max-new-tokens", "8",
+                        "--threads", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and " of 2 |" in line]
+    assert [r.split(" | ")[0] for r in rows] == ["| plain", "| dflash-noshift", "| dflash-shift", "| domino"], rows
+    assert all(r.endswith("| 2 of 2 |") for r in rows), rows
+
+
+def test_bench_threads_measures_each_workload_idle_and_beside_a_busy_core(capsys):
+    from domino.tools import bench_threads
+
+    bench_threads.main(["--threads", "1", "--policies", "PASSIVE", "--seconds", "0.3"])
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| train")
+            or line.startswith("| decode")]
+    assert [r[0] for r in rows] == ["| train", "| decode"] and all(r[1] == "PASSIVE" for r in rows)
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 and r[4].endswith("x") for r in rows), rows
+
+
+def test_report_screenshot_opens_the_page_in_the_browser_it_is_given(tmp_path, capsys):
+    """A stand-in for Chromium that records what it was asked to load and writes the PNG: the copy
+    of the report it loads shows the page by name; without a browser the tool says what to install."""
+    from domino.tools import report_screenshot
+
+    report = tmp_path / "report.html"
+    report.write_text("<html><body><p>report</p></body></html>")
+    browser = tmp_path / "chromium"
+    browser.write_text("#!/bin/sh\nfor a in \"$@\"; do case $a in --screenshot=*) out=${a#--screenshot=};; "
+                       "file://*) page=${a#file://};; esac; done\ncp \"$page\" \"$out\"\n")
+    browser.chmod(0o755)
+    report_screenshot.main([str(report), "--page", "model_card.html", "--browser", str(browser)])
+    png = tmp_path / "model_card_screenshot.png"
+    assert capsys.readouterr().out.strip() == str(png)
+    assert '"model_card.html"' in png.read_text() and png.read_text().startswith("<html><body><p>report</p>")
+    with pytest.raises(SystemExit, match="no Chromium found .*apt-get install chromium"):
+        report_screenshot.main([str(report), "--browser", str(tmp_path / "none")])
