@@ -6,10 +6,10 @@ import sys
 import time
 from pathlib import Path
 
-from domino.config import (ADDITIVE, ConfigError, changes_to_results, folder_digests, load_config, lookup_runs, responses_of,
-                           split_replicate, temporary_folder_problem, trained_runs, validate_config, vllm_launcher,
-                           vllm_runs)
+from domino.config import (ConfigError, folder_digests, lookup_runs, responses_of, split_replicate,
+                           temporary_folder_problem, trained_runs, validate_config, vllm_launcher, vllm_runs)
 from domino.logs import job_error_lines
+from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
 # Validate before any job is scheduled: a bad value stops here, naming the key.
@@ -147,84 +147,18 @@ def vllm_outputs(wc=None):
     return expand("results/vllm_benchmark/{suite}/{run}.json", suite=SUITES, run=VLLM_RUNS) if VLLM["benchmark"] else []
 
 
-# One run directory holds one configuration: config.yaml plus the overlays given with
-# --configfile. Other overlays are welcome when they only add jobs (domino.config.ADDITIVE: the
-# sampling, replicates and ablations overlays on a finished run) and refused, by a dry run as
-# well, when they would change a result that exists: a card-scale run never overwrites the
-# default's results. The check compares the whole configuration, recorded overlays against
-# these, before any job is planned.
-RUN_OVERLAYS = sorted(os.path.relpath(f, workflow.basedir) for f in workflow.overwrite_configfiles
-                      if os.path.abspath(f) != os.path.join(workflow.basedir, "config.yaml"))
-RUN_MARKER = Path(".domino-run.json")  # the overlays of the run this directory holds
-
-
-def _refuse_changing_overlays():
-    recorded = json.loads(RUN_MARKER.read_text()) if RUN_MARKER.exists() else RUN_OVERLAYS
-    if recorded == RUN_OVERLAYS:
-        return
-    start_over = (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
-                  f"or delete results/ and {RUN_MARKER} to start over here")
-    try:
-        before = load_config([os.path.join(workflow.basedir, f) for f in ["config.yaml", *recorded]],
-                             checkout=workflow.basedir)
-    except ConfigError as err:
-        sys.exit(f"config error: this directory holds a run with the overlays {recorded}, which no longer "
-                 f"load ({err}); {start_over}")
-    changes = changes_to_results(before, config)
-    if changes:
-        shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
-        sys.exit(f"config error: this directory holds a run with the overlays {recorded}; the overlays "
-                 f"{RUN_OVERLAYS} would change its results ({shown}), and an overlay may only add jobs here "
-                 f"({ADDITIVE}): keep giving the overlays it was made with, or {start_over}")
-
-
-_refuse_changing_overlays()
-
-
-# Snakemake's lock (.snakemake/locks/) refuses a second run in a folder where one is running. A
-# Snakemake killed without warning (SIGKILL, a lost machine) leaves its lock behind, which would
-# refuse the documented rerun too; so each run records its process once it holds the lock, and a
-# later run removes a lock only when the process that took it is gone (its record is newer
-# than the lock files, and no process with that id and start time is alive).
-LOCK_OWNER = Path(".snakemake/domino-lock-owner.json")
-
-
-def _process_start(pid):
-    """The process's start time (Linux /proc), None where it cannot be read."""
-    try:
-        return Path(os.sep, "proc", str(pid), "stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _alive(owner):
-    try:
-        os.kill(owner["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    start = _process_start(owner["pid"])
-    return start is None or start == owner.get("start")
-
-
-def _clear_stale_lock():
-    locks = list(Path(".snakemake/locks").glob("*.lock"))
-    if not locks or not LOCK_OWNER.exists():
-        return
-    try:
-        owner = json.loads(LOCK_OWNER.read_text())
-    except ValueError:
-        return
-    if LOCK_OWNER.stat().st_mtime < max(p.stat().st_mtime for p in locks) or _alive(owner):
-        return  # the lock is a newer run's (which has not recorded itself yet), or its run is alive
-    for p in locks:
-        p.unlink(missing_ok=True)
-    print(f"removed the lock left by a Snakemake that was killed (pid {owner['pid']}); its incomplete "
-          "jobs run again", file=sys.stderr)
-
-
-_clear_stale_lock()
+# One run directory holds one configuration (domino/rundir.py): config.yaml plus the overlays given
+# with --configfile. Other overlays are welcome when they only add jobs (the sampling, replicates
+# and ablations overlays on a finished run) and refused, by a dry run as well, when they would
+# change a result that exists: a card-scale run never overwrites the default's results.
+RUN_OVERLAYS = run_overlays(workflow.overwrite_configfiles, workflow.basedir)
+_problem = overlays_problem(RUN_OVERLAYS, config, workflow.basedir)
+if _problem:
+    sys.exit(f"config error: {_problem}")
+# A lock left by a Snakemake killed without warning is removed once its process is gone.
+_removed = clear_stale_lock()
+if _removed:
+    print(_removed, file=sys.stderr)
 
 
 # A run (not a dry run: onstart runs only before jobs) whose temporary folder is full stops here
@@ -232,8 +166,7 @@ _clear_stale_lock()
 onstart:
     if temporary_folder_problem():
         sys.exit(f"error: {temporary_folder_problem()}")
-    LOCK_OWNER.write_text(json.dumps({"pid": os.getpid(), "start": _process_start(os.getpid())}))
-    RUN_MARKER.write_text(json.dumps(RUN_OVERLAYS))
+    record_start(RUN_OVERLAYS)
 
 
 # When a run stops (a failed job, Ctrl-C), each stopped job's own line (domino/logs.py: what

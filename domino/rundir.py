@@ -1,0 +1,103 @@
+"""A run directory between two Snakemake calls: which overlays made its results, and the lock a
+killed Snakemake left behind. The workflow (``workflow/rules/common.smk``) calls these before any
+job is planned; each returns the one line to print, or None.
+
+One run directory holds one configuration: ``config.yaml`` plus the overlays given with
+``--configfile``, recorded in ``.domino-run.json`` when a run starts. Later overlays are welcome
+when they only add jobs (``domino.config.ADDITIVE``) and refused, by a dry run as well, when they
+would change a result that exists.
+
+Snakemake's lock (``.snakemake/locks/``) refuses a second run in a folder where one is running. A
+Snakemake killed without warning (SIGKILL, a lost machine) leaves its lock behind, which would
+refuse the documented rerun too; so each run records its process once it holds the lock
+(``.snakemake/domino-lock-owner.json``), and a later run removes a lock only when the process that
+took it is gone: its record is newer than the lock files, and no process with that id and start
+time is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .config import ADDITIVE, ConfigError, changes_to_results, load_config
+
+RUN_MARKER = Path(".domino-run.json")  # the overlays of the run this directory holds
+LOCK_OWNER = Path(".snakemake/domino-lock-owner.json")  # the process holding Snakemake's lock
+
+
+def run_overlays(configfiles, checkout: str | Path) -> list[str]:
+    """The overlays of this call (``--configfile``), relative to the checkout, ``config.yaml``
+    itself left out, sorted."""
+    checkout = os.path.abspath(checkout)
+    return sorted(os.path.relpath(f, checkout) for f in configfiles
+                  if os.path.abspath(f) != os.path.join(checkout, "config.yaml"))
+
+
+def overlays_problem(overlays: list[str], config: dict, checkout: str | Path, marker: Path = RUN_MARKER) -> str | None:
+    """Why this call's overlays may not run here (``config``: their validated configuration), or
+    None: the directory holds no run, a run of the same overlays, or one to which they only add jobs."""
+    recorded = json.loads(Path(marker).read_text()) if Path(marker).exists() else overlays
+    if recorded == overlays:
+        return None
+    start_over = (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
+                  f"or delete results/ and {marker} to start over here")
+    try:
+        before = load_config([os.path.join(checkout, f) for f in ["config.yaml", *recorded]], checkout=checkout)
+    except ConfigError as err:
+        return (f"this directory holds a run with the overlays {recorded}, which no longer load ({err}); "
+                f"{start_over}")
+    changes = changes_to_results(before, config)
+    if not changes:
+        return None
+    shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
+    return (f"this directory holds a run with the overlays {recorded}; the overlays {overlays} would change its "
+            f"results ({shown}), and an overlay may only add jobs here ({ADDITIVE}): keep giving the overlays it "
+            f"was made with, or {start_over}")
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time (Linux /proc), None where it cannot be read."""
+    try:
+        return Path(os.sep, "proc", str(pid), "stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(owner: dict) -> bool:
+    """Whether the process a lock record names still runs: its id is taken, by a process that
+    started when the record says (where the start time can be read)."""
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    start = process_start(owner["pid"])
+    return start is None or start == owner.get("start")
+
+
+def clear_stale_lock(owner_file: Path = LOCK_OWNER) -> str | None:
+    """Remove Snakemake's lock files when the run that took them is gone; the line that says so,
+    or None where nothing was removed (no lock, no record, a record older than the lock, or a
+    live run)."""
+    locks = list((Path(owner_file).parent / "locks").glob("*.lock"))
+    if not locks or not Path(owner_file).exists():
+        return None
+    try:
+        owner = json.loads(Path(owner_file).read_text())
+    except ValueError:
+        return None
+    if Path(owner_file).stat().st_mtime < max(p.stat().st_mtime for p in locks) or alive(owner):
+        return None  # the lock is a newer run's (which has not recorded itself yet), or its run is alive
+    for p in locks:
+        p.unlink(missing_ok=True)
+    return (f"removed the lock left by a Snakemake that was killed (pid {owner['pid']}); its incomplete "
+            "jobs run again")
+
+
+def record_start(overlays: list[str], owner_file: Path = LOCK_OWNER, marker: Path = RUN_MARKER) -> None:
+    """What a run records once it holds the lock: its process, and the overlays it runs with."""
+    Path(owner_file).write_text(json.dumps({"pid": os.getpid(), "start": process_start(os.getpid())}))
+    Path(marker).write_text(json.dumps(overlays))
