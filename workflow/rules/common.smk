@@ -244,6 +244,6 @@ STARTED = time.time()
 
 
 onerror:
-    lines = job_error_lines("logs", STARTED)
+    lines = job_error_lines("logs", STARTED, STAGES)
     if lines:
         atexit.register(print, "\n" + "\n".join(lines), file=sys.stderr, flush=True)
