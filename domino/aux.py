@@ -11,7 +11,7 @@ at ``L``.
 name (the input of the first decoder layer for 0, which is the embedding output, scaled where the
 family scales it (Gemma) and with the learned positions added where it adds them (GPT-2); the
 output of decoder layer ``i - 1`` for ``i``), so a forward needs no
-``output_hidden_states`` and keeps nothing else. Training (``domino.features``), decoding
+``output_hidden_states`` and keeps nothing else. Training (``domino.data.features``), decoding
 (``domino.decode``) and the tests all take aux states through it, so the convention is stated
 here once. Torch only: a decoding process needs nothing of the tokenizer or the loading code.
 """

@@ -339,7 +339,7 @@ def _fill_aux_layer_ids(cfg: dict, facts: dict | None) -> None:
 # extraction and a lossless speculative decode on a tiny random model of each): the families of
 # VERIFIER_FAMILIES, by model_type. REFUSED_FAMILIES are refused here, before any job. Another
 # family is tried as it comes: its config.json is read by the names below, and loading it
-# refuses a model whose decoder parts are not found (domino.verifier.check_causal_lm).
+# refuses a model whose decoder parts are not found (domino.verifier.load.check_causal_lm).
 VERIFIER_FAMILIES = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama", "mistral": "Mistral", "gemma": "Gemma",
                      "gpt2": "GPT-2", "gpt_neox": "GPT-NeoX"}
 REFUSED_FAMILIES = {
@@ -404,7 +404,7 @@ def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | Non
     """Layers, vocabulary and tokenizer size of the configured verifier, when knowable offline."""
     v = cfg["verifier"]
     if v["source"] == "gguf":
-        from .gguf import GGUFError, header_facts
+        from .verifier.gguf import GGUFError, header_facts
 
         if v.get("gguf") is None:
             raise ConfigError("verifier.gguf: required key is missing when verifier.source is 'gguf' (allowed: "
@@ -546,7 +546,7 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if "humaneval" not in cfg["benchmark"]["suites"]:
         raise ConfigError(f"benchmark.suites: {cfg['benchmark']['suites']} leaves out humaneval, whose results are "
                           "the card's tables (allowed: a list with humaneval, other suites beside it)")
-    from .prompts import PromptError, check_source
+    from .bench.suites import PromptError, check_source
 
     for suite in cfg["benchmark"]["suites"]:  # a suite that cannot be read is refused before any job runs
         try:
@@ -653,7 +653,7 @@ def ngram_runs(ng: dict) -> list[str]:
 
 
 def vllm_runs(cfg: dict) -> list[str]:
-    """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm_plugin``) and the
+    """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm.plugin``) and the
     n-gram lookup row where the benchmark decodes it (vLLM's ``ngram`` method; the
     lookup-then-checkpoint row has no vLLM method)."""
     return ["baseline"] + list(cfg["checkpoints"]) + [r for r in lookup_runs(cfg) if r == LOOKUP]
@@ -759,7 +759,7 @@ if __name__ == "__main__":
 
 
 # -----------------------------------------------------------------------------
-# what the train.noise* keys mean (domino.batches draws the noise; the card describes it)
+# what the train.noise* keys mean (domino.train.batches draws the noise; the card describes it)
 
 
 class AuxNoise(NamedTuple):

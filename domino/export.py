@@ -27,7 +27,7 @@ relative to the run directory: a reader started there finds it.
 Checked for the DFlash exports: speculators 0.9.0 loads every tensor under its name and its
 training forward gives our draft logits (``tests/test_export.py``, in speculators' own
 environment). vLLM 0.32 serves all three exports, the Domino head included, through
-``domino.vllm_plugin`` with the drafts and the acceptance our loop has
+``domino.vllm.plugin`` with the drafts and the acceptance our loop has
 (``tests/test_vllm_plugin.py``, ``tests/test_vllm_backend.py``).
 
 Where the public format cannot say exactly what our model is:

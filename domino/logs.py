@@ -56,14 +56,13 @@ def log_to(log_path: str | Path | None):
         logger.setLevel(levels[1])
 
 
-def job_error_lines(logs: str | Path, since: float) -> list[str]:
+def job_error_lines(logs: str | Path, since: float, stages) -> list[str]:
     """The one-line error that ends each job log under ``logs`` written since ``since`` (a
     ``time.time()``), with its time stamp taken off: the workflow prints them last when a run
     stops (``onerror``), so that an interrupted or failed job's own line is what a user reads
-    last, not Snakemake's error block with the job's whole command."""
-    from .stages import STAGES
-
-    stage_names = list(STAGES)
+    last, not Snakemake's error block with the job's whole command. ``stages``: the stage names
+    (``domino.stages.STAGES``), passed in: this module sits below the stage layer and imports none of it."""
+    stage_names = list(stages)
     error = re.compile(rf"(?:\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d )?(domino (?:{'|'.join(stage_names)}): .*)")
     found = []
     for log in sorted(Path(logs).rglob("*.log")):

@@ -353,7 +353,7 @@ class DecodeTables:
     """A Domino head's weights as decoding reads them, with the products it looks up instead of
     computing per slot. One implementation of the decode-time correction (``draft_in_order``)
     serves the project's loop (``Drafter.decode_tables``) and vLLM's plugin
-    (``domino.vllm_plugin``), so both round alike in every dtype.
+    (``domino.vllm.plugin``), so both round alike in every dtype.
 
     ``z_weight`` (r, H) is W1's backbone half, ``up`` (r, Vd) W2 transposed, ``anchor_weight``
     (3G, H) the GRU's ``W_ih``; ``state`` (G, r + 3G) is ``[W1_s ; W_hh]^T`` and ``inputs``

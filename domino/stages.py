@@ -41,7 +41,7 @@ from .config import section_keys, split_replicate
 if TYPE_CHECKING:
     import torch
 
-    from .train import TrainConfig
+    from .train.loop import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +234,8 @@ def stage(name: str, reads: tuple[str, ...], paths: dict[str, str], reads_when=N
 
 @stage("tokenizer", (*_CORPUS, "verifier.embedded.vocab_size"), {"out": "output"})
 def tokenizer(cfg: StageConfig, out: str) -> None:
-    from . import data as data_lib, embedded as embedded_lib
+    from .data import corpora as data_lib
+    from .verifier import embedded as embedded_lib
 
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
                                    cfg["data.hub_split"])
@@ -246,7 +247,8 @@ def tokenizer(cfg: StageConfig, out: str) -> None:
 @stage("prepare_data", (*_CORPUS, "data.seq_len", "data.val_fraction", "data.enable_thinking"),
        {"tokenizer": "param", "train": "output", "val": "output", "summary": "output"})
 def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary: str) -> None:
-    from . import data as data_lib, verifier as verifier_lib
+    from .data import corpora as data_lib
+    from .verifier import load as verifier_lib
 
     tok = verifier_lib.load_tokenizer(tokenizer)  # a damaged tokenizer is refused before the corpus is read
     records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
@@ -267,7 +269,9 @@ _REGENERATE = ("data.seq_len", "data.enable_thinking", "data.temperature", "data
        {"split": "wildcard", "verifier": "param", "data": "input", "out": "output", "summary": "output"},
        reads_when=lambda c: ("vllm.memory_fraction",) if c["data"]["generation_backend"] == "vllm" else ())
 def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str, summary: str) -> None:
-    from . import common, data as data_lib, io, regenerate as regenerate_lib, verifier as verifier_lib
+    from . import common, io
+    from .data import corpora as data_lib, regenerate as regenerate_lib
+    from .verifier import load as verifier_lib
 
     device = common.check_device(cfg["device"])
     tok = verifier_lib.load_tokenizer(verifier)
@@ -292,7 +296,7 @@ def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str,
         seq_len=cfg["data.seq_len"], seed=cfg["seed"])
     key, answer = regenerate_lib.verifier_key(verifier, cfg["verifier.dtype"]), None
     if backend == "vllm":  # the vLLM environment's interpreter runs this job (workflow/rules/data.smk)
-        from .vllm_backend import load_llm, vllm_answers
+        from .vllm.backend import load_llm, vllm_answers
 
         # the transformers verifier gave the stop ids; vLLM answers with its own copy
         llm = load_llm(verifier, cfg["verifier.dtype"], max_model_len=model.config.max_position_embeddings,
@@ -315,7 +319,8 @@ def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str,
 
 @stage("verifier", ("verifier.embedded",), {"tokenizer": "input", "train": "input", "out": "output"})
 def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
-    from . import data as data_lib, embedded as embedded_lib, verifier as verifier_lib
+    from .data import corpora as data_lib
+    from .verifier import embedded as embedded_lib, load as verifier_lib
 
     rows = data_lib.read_jsonl(train)
     s = embedded_lib.pretrain_embedded_verifier(rows, verifier_lib.load_tokenizer(tokenizer),
@@ -325,7 +330,7 @@ def verifier(cfg: StageConfig, tokenizer: str, train: str, out: str) -> None:
 
 @stage("convert_verifier", ("verifier.gguf", "verifier.dtype"), {"out": "output"})
 def convert_verifier(cfg: StageConfig, out: str) -> None:
-    from . import gguf as gguf_lib
+    from .verifier import gguf as gguf_lib
 
     r = gguf_lib.convert(cfg.section("verifier.gguf"), cfg["verifier.dtype"], out)
     logger.info(f"verifier: {r['file']} of {r['distribution']} {r['version']} ({r['architecture']}, "
@@ -337,7 +342,9 @@ def convert_verifier(cfg: StageConfig, out: str) -> None:
 def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary: str) -> None:
     import transformers
 
-    from . import data as data_lib, verifier as verifier_lib, vocab as vocab_lib
+    from . import vocab as vocab_lib
+    from .data import corpora as data_lib
+    from .verifier import load as verifier_lib
 
     tokenizer = verifier_lib.load_tokenizer(verifier)  # checks the verifier's files first
     model_config = transformers.AutoConfig.from_pretrained(verifier)
@@ -352,13 +359,15 @@ def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary
        {"verifier": "param", "vocab": "input", "data": "input", "index": "output"},
        reads_when=lambda c: ("vllm.memory_fraction",) if c["features"]["backend"] == "vllm" else ())
 def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str, index: str) -> None:
-    from . import common, data as data_lib, features as features_lib, verifier as verifier_lib, vocab as vocab_lib
+    from . import common, vocab as vocab_lib
+    from .data import corpora as data_lib, features as features_lib
+    from .verifier import load as verifier_lib
 
     f, aux, dtype = cfg.section("features"), cfg["drafter.aux_layer_ids"], cfg["verifier.dtype"]
     device = common.check_device(cfg["device"])
     backend = None
     if f["backend"] == "vllm":
-        from .vllm_backend import VllmExtractor  # vLLM lives in its own environment
+        from .vllm.backend import VllmExtractor  # vLLM lives in its own environment
 
         # transformers keeps a CPU copy for the final norm, the lm_head rows and the shard key
         model = verifier_lib.load_verifier(verifier, dtype, "cpu")
@@ -378,8 +387,10 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
           metrics: str, summary: str, state_dir: str) -> None:
     import torch
 
-    from . import common, features as features_lib, model as model_lib, train as train_lib
-    from . import verifier as verifier_lib, vocab as vocab_lib
+    from . import common, model as model_lib, vocab as vocab_lib
+    from .data import features as features_lib
+    from .train import loop as train_lib
+    from .verifier import load as verifier_lib
 
     model = verifier_lib.load_verifier(verifier, "float32", "cpu")
     fields = drafter_fields(cfg, checkpoint, verifier_lib.load_tokenizer(verifier), model.config)
@@ -405,7 +416,9 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
 @stage("validate", ("device", "train", "checkpoints.{checkpoint}"),
        {"checkpoint": "wildcard", "checkpoint_dir": "param", "features": "input", "out": "output"})
 def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: str, out: str) -> None:
-    from . import common, features as features_lib, io as io_lib, model as model_lib, train as train_lib
+    from . import common, io as io_lib, model as model_lib
+    from .data import features as features_lib
+    from .train import loop as train_lib
 
     tcfg, autocast = train_config(cfg, checkpoint)
     res = train_lib.validate(model_lib.Drafter.load(checkpoint_dir), features_lib.load_features(features), tcfg,
@@ -428,7 +441,7 @@ def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, chec
               baseline: str, outs: list[str], lookups: list[str]) -> None:
     """Greedy: every task of one suite plain, with each run's drafter and with the n-gram lookup
     rows, back to back in this one job."""
-    from . import bench as bench_lib
+    from .bench import run as bench_lib
     from .config import LOOKUP, ngram_runs
 
     ngram = cfg.section("benchmark.ngram")
@@ -445,7 +458,7 @@ def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, ch
                 lookups: dict | None = None) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order;
     ``lookups``: each n-gram lookup row's ``LookupSpec`` and its results file (greedy only)."""
-    from . import bench as bench_lib
+    from .bench import run as bench_lib
 
     config = bench_lib.BenchmarkConfig(
         device=cfg["device"], verifier_name=cfg["verifier.name"], verifier_dtype=cfg["verifier.dtype"],
@@ -490,7 +503,7 @@ _VLLM = ("device", "verifier.dtype", "vllm.memory_fraction", "vllm.max_prompts")
 
 @stage("vllm_benchmark_baseline", _VLLM, {"verifier": "param", "ours": "input", "out": "output"})
 def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str) -> None:
-    from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
+    from .vllm.backend import run_vllm_benchmark  # vLLM lives in its own environment
 
     run_vllm_benchmark("baseline", verifier, None, None, ours, out, **_served(cfg))
 
@@ -502,7 +515,7 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
     from .export import check_export
 
     check_export(export)  # a damaged export is refused before vLLM starts
-    from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
+    from .vllm.backend import run_vllm_benchmark  # vLLM lives in its own environment
 
     run_vllm_benchmark(run, verifier, export, baseline, ours, out, checkpoint_dir=checkpoint_dir, **_served(cfg))
 
@@ -510,7 +523,7 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
 @stage("vllm_benchmark_lookup", _VLLM, {"verifier": "param", "baseline": "input", "ours": "input", "out": "output"})
 def vllm_benchmark_lookup(cfg: StageConfig, verifier: str, baseline: str, ours: str, out: str) -> None:
     from .config import LOOKUP
-    from .vllm_backend import run_vllm_benchmark  # vLLM lives in its own environment
+    from .vllm.backend import run_vllm_benchmark  # vLLM lives in its own environment
 
     # the lookup's settings are those its benchmark row recorded (ours), as are the prompts
     run_vllm_benchmark(LOOKUP, verifier, None, baseline, ours, out, **_served(cfg))
@@ -569,7 +582,8 @@ def overridden(cfg: StageConfig, run: str, section: str) -> dict:
 def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype | None]:
     """The run's ``TrainConfig`` and its autocast dtype (None: no autocast). Seed replicate r
     trains with seed + r: its own initialisation, data order, anchors and noise."""
-    from . import common, train as train_lib
+    from . import common
+    from .train import loop as train_lib
 
     t = overridden(cfg, run, "train")
     autocast = common.DTYPES[t["autocast"]] if t["autocast"] else None
@@ -585,7 +599,7 @@ DRAFTER_KEYS = tuple(k for k in section_keys("drafter") if k != "mask_token_id")
 
 def drafter_fields(cfg: StageConfig, run: str, tokenizer, model_config) -> dict:
     """A run's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
-    from . import verifier as verifier_lib
+    from .verifier import load as verifier_lib
 
     d = overridden(cfg, run, "drafter")
     kind = checkpoint_entry(cfg, run)

@@ -13,12 +13,12 @@ import yaml
 from torch import nn
 from transformers import Qwen3ForCausalLM
 
-from domino.bench import BenchmarkConfig
+from domino.bench.run import BenchmarkConfig
 from domino.card import scale
 from domino.config import validate_config
-from domino.embedded import build_embedded_verifier, train_tokenizer
+from domino.verifier.embedded import build_embedded_verifier, train_tokenizer
 from domino.shapes import qwen3_config
-from domino.train import TrainConfig
+from domino.train.loop import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # the README's command for Snakemake's HTML report of the card's jobs (run on the finished micro run)
@@ -303,19 +303,20 @@ def random_verifier_dir(tmp_path) -> Path:
 # shared by several test modules
 
 
-def code_map() -> set[str]:
-    """The paths under ``domino/`` that the README's code map lists: a role line with no indent
-    (a folder when it ends in ``/``), then one indented line per module."""
+def code_map() -> list[tuple[list[str], list[str]]]:
+    """The README's code map, one line per folder of ``domino/`` or group of flat modules: the
+    paths a line starts with (``card/``, or ``config.py config.schema.yaml``), two spaces, then
+    its role. Per line: those paths, and the files a folder's role names (``paths.py`` on the
+    ``card/`` line is ``card/paths.py``)."""
     text = (ROOT / "README.md").read_text()
     block = re.search(r"^## Code map\n.*?```text\n(.*?)```", text, re.S | re.M).group(1)
-    listed, folder = set(), ""
+    lines = []
     for line in block.splitlines():
-        first = line.split()[0] if line.strip() else ""
-        if not line.startswith(" "):
-            folder = first if first.endswith("/") else ""
-        elif first:
-            listed.add(folder + first)
-    return listed
+        paths, _, role = line.strip().partition("  ")
+        folder = paths if paths.endswith("/") and " " not in paths else ""
+        named = [folder + f for f in re.findall(r"\b[\w.]+\.(?:py|yaml)\b", role)] if folder else []
+        lines.append((paths.split(), named))
+    return lines
 
 
 def two_doc_features():

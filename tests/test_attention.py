@@ -1,4 +1,4 @@
-"""The verifier's attention (domino.attention): the same logits as transformers' sdpa, bit for bit,
+"""The verifier's attention (domino.verifier.attention): the same logits as transformers' sdpa, bit for bit,
 without repeating the key/value heads under a mask on a CPU."""
 
 import pytest
@@ -7,9 +7,9 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.integrations import sdpa_attention
 
 from conftest import tiny_verifier
-from domino.attention import GROUPED_SDPA
+from domino.verifier.attention import GROUPED_SDPA
 from domino.decode import cache_kwarg
-from domino.verifier import load_verifier
+from domino.verifier.load import load_verifier
 
 
 @pytest.fixture(scope="module")

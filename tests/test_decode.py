@@ -169,8 +169,8 @@ def test_prompt_longer_than_the_context_is_refused():
 @pytest.fixture(scope="module")
 def trained_drafters(verifier, tmp_path_factory):
     """The three kinds trained briefly on the verifier's own greedy continuations."""
-    from domino.features import extract, load_features
-    from domino.train import TrainConfig, train
+    from domino.data.features import extract, load_features
+    from domino.train.loop import TrainConfig, train
 
     V = verifier.config.vocab_size
     rows = []
@@ -219,5 +219,5 @@ def _loaded_after_import(module: str, watched: tuple[str, ...]) -> list[str]:
 def test_decoding_loads_neither_a_tokenizer_nor_the_verifier_loader():
     """Decoding is model code: it takes token ids and a loaded verifier, and the sampling rule
     never reaches back into the loops."""
-    assert _loaded_after_import("domino.decode", ("tokenizers", "domino.verifier")) == []
-    assert _loaded_after_import("domino.sampling", ("tokenizers", "domino.verifier", "domino.decode")) == []
+    assert _loaded_after_import("domino.decode", ("tokenizers", "domino.verifier.load")) == []
+    assert _loaded_after_import("domino.sampling", ("tokenizers", "domino.verifier.load", "domino.decode")) == []

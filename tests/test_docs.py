@@ -109,13 +109,17 @@ def test_documented_command_runs(doc, cmd, repo, request):
 
 
 def test_code_map_lists_every_module():
-    """The README's code map and ``ls domino/`` agree: a module added, moved or removed without
-    its line in the map fails here, and so does a line naming nothing."""
+    """The README's code map and ``ls domino/`` agree: every folder and every flat module (or
+    file) on one line of its own, a folder alone on its line, and no path that does not exist: a
+    module or folder added, moved or removed without its line in the map fails here."""
     pkg = ROOT / "domino"
-    modules = {str(p.relative_to(pkg)) for p in pkg.rglob("*.py") if p.name != "__init__.py"}
-    listed = code_map()
-    assert {m for m in listed if m.endswith(".py")} == modules
-    assert all((pkg / m).exists() for m in listed), [m for m in listed if not (pkg / m).exists()]
+    entries = sorted([f"{p.name}/" for p in pkg.iterdir() if (p / "__init__.py").is_file()]
+                     + [p.name for p in pkg.glob("*.py") if p.name != "__init__.py"] + [p.name for p in pkg.glob("*.yaml")])
+    lines = code_map()
+    assert sorted(p for paths, _ in lines for p in paths) == entries
+    assert all(len(paths) == 1 for paths, _ in lines if any(p.endswith("/") for p in paths))
+    named = [p for _, files in lines for p in files]
+    assert "card/paths.py" in named and all((pkg / p).exists() for p in named), [p for p in named if not (pkg / p).exists()]
 
 
 def test_the_hub_upload_lines_upload_what_the_card_links_to(micro_run):

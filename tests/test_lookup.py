@@ -66,9 +66,9 @@ def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
     import json
     import shutil
 
-    from domino.bench import acceptance_fields
+    from domino.bench.run import acceptance_fields
     from domino.decode import DecodeResult
-    from domino.timing import PromptTiming
+    from domino.bench.timing import PromptTiming
 
     timings = [PromptTiming(DecodeResult([5, 6]), DecodeResult([5, 6], []), True) for _ in range(3)]
     fields = acceptance_fields(timings, 10, seed=0)

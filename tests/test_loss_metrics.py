@@ -103,7 +103,7 @@ def test_acceptance_summary_by_hand():
 
 
 def test_repeated_ngram_share_by_hand():
-    from domino.bench import repeated_ngram_share
+    from domino.bench.run import repeated_ngram_share
 
     assert repeated_ngram_share([1, 2, 3, 4, 5, 6], 4) == 0.0  # 3 distinct 4-grams
     # [1,2,1,2,1,2]: 4-grams (1,2,1,2), (2,1,2,1), (1,2,1,2): 2 distinct of 3
@@ -190,7 +190,7 @@ def test_validate_counts_teacher_forced_acceptance(shift, right, conditional, co
     7 with a supervised a+2)."""
     from conftest import SlotOracle, two_doc_features
 
-    from domino.train import TrainConfig, validate
+    from domino.train.loop import TrainConfig, validate
 
     cfg = TrainConfig.schema_defaults(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0,
                                       weighting="shifted" if shift else "classic")
@@ -220,7 +220,7 @@ def test_loss_cut_first_wrong_supervises_fewer_slots_in_training_only():
     from dataclasses import replace
 
     from conftest import tiny_drafter, tiny_verifier
-    from domino.train import TrainConfig, compute_losses
+    from domino.train.loop import TrainConfig, compute_losses
 
     torch.manual_seed(0)
     drafter = tiny_drafter(tiny_verifier(), projector="domino", block_size=4).float()

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from conftest import RELIABILITY_CFG as CFG, stage_cli_config, synthetic_features, tiny_drafter, tiny_verifier
-from domino.features import ShardError, extract, load_features
+from domino.data.features import ShardError, extract, load_features
 from domino.io import atomic_path, write_json
 from domino.model import Drafter
-from domino.train import total_steps, train
+from domino.train.loop import total_steps, train
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS = ("checkpoint/model.safetensors", "checkpoint/drafter_config.json", "metrics.jsonl", "summary.json")
@@ -92,7 +92,7 @@ def test_resume_after_max_steps_is_bitwise_identical(setup, tmp_path, caplog):
     assert set(st) >= {"model", "optimizer", "step", "metrics", "config", "total_steps", "inputs"}
 
     d = Drafter.load(setup["work"] / "init")  # the weights come from the state, not from here
-    with caplog.at_level(logging.INFO, logger="domino.train"):
+    with caplog.at_level(logging.INFO, logger="domino.train.loop"):
         s = train(d, setup["feats"], CFG, out)
     assert s["complete"] and s["steps"] == setup["total"]
     assert any(f"resuming at step 7 of {setup['total']}" in m for m in caplog.messages), caplog.messages
@@ -125,7 +125,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys, time
     import torch
     torch.set_num_threads(1)
-    import domino.train as T
+    import domino.train.loop as T
     from domino.model import Drafter
 
     work, out, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
@@ -183,7 +183,7 @@ def test_sigterm_saves_state_and_resume_matches(setup, tmp_path, caplog):
     assert f"interrupted at step {st['step']}" in rest and "finished" not in rest, rest
 
     d = Drafter.load(setup["work"] / "init")
-    with caplog.at_level(logging.INFO, logger="domino.train"):
+    with caplog.at_level(logging.INFO, logger="domino.train.loop"):
         train(d, setup["feats"], CFG, out)
     assert any(f"resuming at step {st['step']}" in m for m in caplog.messages), caplog.messages
     _assert_same_as_reference(setup, out, d)
@@ -201,7 +201,7 @@ def test_sigkill_resumes_from_last_periodic_state(setup, tmp_path, caplog):
     assert st["step"] >= 6 and st["step"] % CFG.checkpoint_every == 0 and len(st["metrics"]) == st["step"]
 
     d = Drafter.load(setup["work"] / "init")
-    with caplog.at_level(logging.INFO, logger="domino.train"):
+    with caplog.at_level(logging.INFO, logger="domino.train.loop"):
         train(d, setup["feats"], CFG, out)
     assert any(f"resuming at step {st['step']}" in m for m in caplog.messages), caplog.messages
     _assert_same_as_reference(setup, out, d)
@@ -237,7 +237,7 @@ class _Messages(logging.Handler):
 
 def _extract(ex, out, log, rows=None, aux=(1, 2, 4)):
     """``extract`` on the fixture's rows; ``log`` receives what it logs."""
-    logger, handler = logging.getLogger("domino.features"), _Messages(log)
+    logger, handler = logging.getLogger("domino.data.features"), _Messages(log)
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
@@ -263,7 +263,7 @@ def test_extraction_stores_the_last_hidden_state_before_the_final_norm(extractio
     over it (``VerifierHead``: final norm, draft rows) gives back the stored greedy target.
     The other tensors and the shards' names are those of an extraction without it."""
     from domino.aux import aux_states
-    from domino.train import VerifierHead
+    from domino.train.loop import VerifierHead
 
     ex = extraction
     _extract(ex, tmp_path / "plain", lambda message: None)
@@ -287,8 +287,8 @@ def test_a_subset_of_conversations_is_cut_from_each_shard_as_it_is_read(extracti
     """``train.samples``: the chosen conversations, token for token what the whole set holds at
     their offsets, across shard borders; a larger subset holds every smaller one; all of them is
     the whole set; a subset's training state is not taken for another's."""
-    from domino.features import chosen_conversations
-    from domino.train import _inputs_fingerprint
+    from domino.data.features import chosen_conversations
+    from domino.train.loop import _inputs_fingerprint
 
     out = tmp_path / "feat"
     _extract(extraction, out, log=lambda m: None)  # 10 conversations in shards of 3
@@ -330,7 +330,7 @@ def test_extraction_resumes_at_the_first_missing_shard(extraction, tmp_path):
 
 
 def test_extraction_killed_midway_leaves_no_index_and_resumes(extraction, tmp_path, monkeypatch):
-    import domino.features as F
+    import domino.data.features as F
 
     out = tmp_path / "feat"
     ref_index = _extract(extraction, tmp_path / "ref", log=lambda m: None)

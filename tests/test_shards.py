@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import interrupt_at_call, tiny_verifier
-from domino import regenerate as rg
+from domino.data import regenerate as rg
 
 ROWS = [{"id": f"c{i}"} for i in range(10)]
 
@@ -75,12 +75,12 @@ def test_a_damaged_kept_shard_is_answered_again_in_one_line(model, whole, damage
     calls = _interrupted(model, out, monkeypatch)
     shard = out.with_name("out.jsonl.parts") / "shard-00000.jsonl"
     shard.write_text(damage(shard.read_text()))
-    with caplog.at_level(logging.WARNING, logger="domino.regenerate"):
+    with caplog.at_level(logging.WARNING, logger="domino.data.regenerate"):
         s = rg.regenerate(model, "v", ROWS, _prompts(), [5], 0, _config(), out)
     assert out.read_bytes() == whole  # every row, each the verifier's own answer
     assert s["conversations"] == 10
     assert calls["n"] == -100 + 5  # shard 0 answered again (two batches), shards 1 and 2 (two and one)
-    lines = [r.getMessage() for r in caplog.records if r.name == "domino.regenerate"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "domino.data.regenerate"]
     assert lines == [f"regenerate shard {shard} differs from what was written (its sha256 is not the one recorded "
                      "when it was complete: a line removed, a token id changed or the file cut); answered again"]
 
@@ -88,10 +88,10 @@ def test_a_damaged_kept_shard_is_answered_again_in_one_line(model, whole, damage
 def test_an_intact_kept_shard_is_kept_silently(model, whole, tmp_path, monkeypatch, caplog):
     out = tmp_path / "out.jsonl"
     calls = _interrupted(model, out, monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="domino.regenerate"):
+    with caplog.at_level(logging.WARNING, logger="domino.data.regenerate"):
         rg.regenerate(model, "v", ROWS, _prompts(), [5], 0, _config(), out)
     assert out.read_bytes() == whole and calls["n"] == -100 + 3
-    assert not [r for r in caplog.records if r.name == "domino.regenerate"]
+    assert not [r for r in caplog.records if r.name == "domino.data.regenerate"]
 
 
 def test_a_shard_without_its_record_of_completion_is_answered_again(model, whole, tmp_path, monkeypatch, caplog):
@@ -101,9 +101,9 @@ def test_a_shard_without_its_record_of_completion_is_answered_again(model, whole
     parts = out.with_name("out.jsonl.parts")
     record = parts / "shard-00000.key"
     record.write_text(record.read_text().splitlines()[0])
-    with caplog.at_level(logging.WARNING, logger="domino.regenerate"):
+    with caplog.at_level(logging.WARNING, logger="domino.data.regenerate"):
         rg.regenerate(model, "v", ROWS, _prompts(), [5], 0, _config(), out)
     assert out.read_bytes() == whole and calls["n"] == -100 + 5
-    assert [r.getMessage() for r in caplog.records if r.name == "domino.regenerate"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "domino.data.regenerate"] == [
         f"regenerate shard {parts / 'shard-00000.jsonl'} has no record of being complete (its .key with the "
         "shard's sha256); answered again"]

@@ -177,6 +177,7 @@ def test_a_stopped_jobs_own_line_is_found_in_its_log(tmp_path):
     import time
 
     from domino.logs import interrupted_line, job_error_lines
+    from domino.stages import STAGES
 
     logs = tmp_path / "logs"
     (logs / "train").mkdir(parents=True)
@@ -187,8 +188,8 @@ def test_a_stopped_jobs_own_line_is_found_in_its_log(tmp_path):
     (logs / "validate" / "domino.log").write_text("2026-01-01 00:00:00 domino: final accuracy per slot [...]\n")
     (logs / "old.log").write_text("2026-01-01 00:00:00 domino report: ValueError: from an earlier run\n")
     os.utime(logs / "old.log", (1, 1))
-    assert job_error_lines(logs, time.time() - 60) == ["domino benchmark: ValueError: bad prompt",
-                                                       interrupted_line("train")]
+    assert job_error_lines(logs, time.time() - 60, STAGES) == ["domino benchmark: ValueError: bad prompt",
+                                                               interrupted_line("train")]
 
 
 def test_every_entry_function_takes_the_config_and_the_declared_paths_by_name():

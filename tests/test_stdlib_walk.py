@@ -6,7 +6,7 @@ import os
 import sysconfig
 from pathlib import Path
 
-from domino import data as D
+from domino.data import corpora as D
 
 FUNCTION = 'def f(a, b):\n    """Add two numbers, the long way round."""\n' + "    total = a\n" * 8 + "    return total + b\n"
 

@@ -1,4 +1,4 @@
-"""Benchmark suites (domino.prompts, domino.bench, the card): MT-Bench read offline, decoded
+"""Benchmark suites (domino.bench.suites, domino.bench.run, the card): MT-Bench read offline, decoded
 turn by turn with the verifier's own answer before turn 2, and reported per suite and category."""
 
 import importlib.metadata
@@ -12,8 +12,8 @@ from conftest import BENCH_CONFIG, CARD_INFO, FIXTURE, PROVENANCE, bench_outs, c
 from fixtures.make_results import MT_BENCH_CATEGORIES, write_second_suite
 from transformers import AutoTokenizer
 
-import domino.prompts as P
-from domino.bench import run_benchmark
+import domino.bench.suites as P
+from domino.bench.run import run_benchmark
 from domino.card.results import load_results
 from domino.stats import acceptance_length_difference, acceptance_length_pooled
 
@@ -94,7 +94,7 @@ def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_t
     budget, untimed, while each turn's timed decodes keep max_new_tokens; the protocol says both,
     and how many such answers the budget cut."""
     from domino.decode import decode
-    from domino.verifier import eos_ids, load_verifier
+    from domino.verifier.load import eos_ids, load_verifier
 
     verifier_dir, ckpt = map(str, saved_run)
     c = replace(BENCH_CONFIG, suite="mt-bench", dataset=WHEEL, max_prompts=2, max_new_tokens=6, answer_tokens=15)
@@ -117,7 +117,7 @@ def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_t
 def test_the_next_turns_prompt_holds_the_answer_as_an_assistant_turn(saved_run):
     """next_turn_prompts on an answer of words (the tiny verifier above answers in newlines): the
     answer's text stands as the assistant's turn between the two user turns."""
-    from domino.bench import next_turn_prompts
+    from domino.bench.run import next_turn_prompts
 
     tok = AutoTokenizer.from_pretrained(str(saved_run[0]))
     task = {"task_id": "MT-Bench/81", "turns": ["Say hello.", "Now louder."], "category": "writing"}
@@ -182,9 +182,9 @@ def test_a_card_of_humaneval_alone_has_no_suite_section():
 def test_a_parting_in_turn_two_is_named_with_its_turn(verifier):
     """lossless_check on one turn of a suite of several: a near tie records its turn, a defect
     names it."""
-    from domino.bench import lossless_check
+    from domino.bench.run import lossless_check
     from domino.decode import DecodeResult, decode
-    from domino.timing import PromptTiming
+    from domino.bench.timing import PromptTiming
 
     prompt = [3, 14, 15, 9, 2, 6]
     ref = decode(verifier, prompt, 8).new_token_ids
@@ -248,7 +248,7 @@ def test_the_vllm_cross_check_has_a_table_per_suite(two_suites, tmp_path):
 def test_a_tasks_vllm_counters_are_its_turns_summed():
     """A task of two turns: its vLLM counters summed over the turns equal our loop's steps of both
     turns joined, counted as vLLM counts them (the comparison the vLLM job records)."""
-    from domino.vllm_backend import counts_of_steps, summed_counts
+    from domino.vllm.backend import counts_of_steps, summed_counts
 
     turn1, turn2 = [0, 3, 1, 0], [2, 7, 0]  # accepted drafts per step, 7 drafts a step
     by_turn = [counts_of_steps(turn1, 7), counts_of_steps(turn2, 7)]

@@ -1,4 +1,4 @@
-"""domino.verifier: which verifiers load; domino.embedded: the embedded verifier's shape;
+"""domino.verifier.load: which verifiers load; domino.verifier.embedded: the embedded verifier's shape;
 domino.aux: the aux capture's use and the aux-id convention (the speculators and vLLM one)
 that the drafter reads."""
 
@@ -8,8 +8,8 @@ from transformers import LlamaConfig
 
 from conftest import tiny_verifier
 from domino.aux import AuxCapture, aux_states
-from domino.embedded import build_embedded_verifier, train_tokenizer
-from domino.verifier import VerifierError, load_tokenizer, load_verifier
+from domino.verifier.embedded import build_embedded_verifier, train_tokenizer
+from domino.verifier.load import VerifierError, load_tokenizer, load_verifier
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks."] * 20
 EMBEDDED = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_attention_heads": 2,
@@ -44,7 +44,7 @@ def test_a_missing_local_verifier_is_named_not_read_as_a_hub_id(path, tmp_path, 
         with pytest.raises(VerifierError, match=rf"'{path}' is not a directory \(relative paths are read from "
                                                 rf"{tmp_path}\); a local verifier is a save_pretrained directory"):
             load(path)
-    from domino.verifier import check_local
+    from domino.verifier.load import check_local
 
     check_local("Qwen/Qwen3-0.6B")  # a hub id: not refused here
 

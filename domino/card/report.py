@@ -217,7 +217,7 @@ def trained_config(cfg: dict, res: dict, name: str) -> dict:
     drafter section's keys from its ``drafter_config.json``, the train section's from its
     ``summary.json`` ``config``, each over the config's shared section and the checkpoint's entry,
     which supply only what neither file holds (the train stage's own keys,
-    ``domino.train.STAGE_KEYS``, such as the entry's ``train.samples``); under
+    ``domino.train.loop.STAGE_KEYS``, such as the entry's ``train.samples``); under
     ``"checkpoint"`` its projector, shift_label and weighting as recorded, and under ``"data"`` the
     answers it trained on (``data.responses``: its summary's ``data``, else the run's own).
     ``res``: ``load_results``."""
@@ -336,7 +336,7 @@ def per_checkpoint(cfg: dict, trained: dict, text_of, names=published.CHECKPOINT
 
 
 def regenerated_text(summaries: dict, max_new_tokens: int) -> str:
-    """How the answers were made, from the regenerate stage's summaries by split (domino.regenerate)."""
+    """How the answers were made, from the regenerate stage's summaries by split (domino.data.regenerate)."""
     parts = [summaries[split] for split in ("train", "val")]
     n, cut = sum(p["conversations"] for p in parts), sum(p["cut"] for p in parts)
     through = ", through vLLM" if parts[0].get("backend") == "vllm" else ""

@@ -30,15 +30,17 @@ import torch
 from ..decode import NeuralDraft, decode
 from ..model import Drafter
 from ..stats import paired_rate_ratio
-from ..timing import paired_decodes
-from ..verifier import eos_ids, load_tokenizer, load_verifier
+from ..bench.timing import paired_decodes
+from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 from . import add_threads_argument, tool_parser, wait_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def import_commit(rev: str, into: Path):
-    """``domino`` as of ``rev``, imported as the package ``domino_<rev>`` from ``into``."""
+    """``domino`` as of ``rev``, imported as the package ``domino_<rev>`` from ``into``: its decode,
+    model and verifier-loading modules (the last ``verifier/load.py``, or ``verifier.py`` in a
+    commit before the package's folders)."""
     name = "domino_" + "".join(c if c.isalnum() else "_" for c in rev)
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "domino"], capture_output=True)
     if tar.returncode:
@@ -47,8 +49,9 @@ def import_commit(rev: str, into: Path):
         t.extractall(into, filter="data")
     (into / "domino").rename(into / name)
     sys.path.insert(0, str(into))
+    loader = "verifier.load" if (into / name / "verifier" / "load.py").is_file() else "verifier"
     return (importlib.import_module(f"{name}.decode"), importlib.import_module(f"{name}.model"),
-            importlib.import_module(f"{name}.verifier"))
+            importlib.import_module(f"{name}.{loader}"))
 
 
 def parser():

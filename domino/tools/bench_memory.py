@@ -3,7 +3,7 @@
 Builds the card's drafter (``domino.tools.CARD_DRAFTER`` over Qwen3-0.6B's shape: hidden 1024,
 16 heads of 128, vocabulary 151,936; 3 draft layers, block 8, aux layers [1, 13, 25], draft
 vocabulary 32,000, Domino head GRU 1024 / bottleneck 256) with random weights, and runs a few optimizer steps through
-``domino.train.train_steps`` (the train stage's own step; no state or checkpoint is written) on random features
+``domino.train.loop.train_steps`` (the train stage's own step; no state or checkpoint is written) on random features
 of one packed row (``--pack-len`` tokens, ``--anchors`` anchors). Prints the trainable parameter count, the peak
 memory and the mean step time.
 
@@ -26,7 +26,7 @@ import torch
 
 from ..common import DTYPES
 from ..model import Drafter
-from ..train import TrainConfig, train_steps
+from ..train.loop import TrainConfig, train_steps
 from ..vocab import mappings
 from . import card_drafter_config, tool_parser
 

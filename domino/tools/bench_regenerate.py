@@ -1,6 +1,6 @@
 """Regeneration's throughput beside plain decoding's: ``python -m domino.tools.bench_regenerate``.
 
-The regenerate stage answers the training conversations in batches (``domino.regenerate.generate_batch``:
+The regenerate stage answers the training conversations in batches (``domino.data.regenerate.generate_batch``:
 ``data.generation_batch_size`` left-padded prompts under one KV cache); the benchmark's plain greedy
 decodes one prompt at a time (``domino.decode.decode``). This tool times both on the same prompts in
 this one process: the first ``--conversations`` rows of a finished run's
@@ -15,7 +15,7 @@ all of them; in bf16 a batch's rows may round otherwise than a row alone).
     python -m domino.tools.bench_regenerate --directory runs/regenerated --configfile config/regenerate.yaml --conversations 64
 
 With ``--against vllm`` (in the vLLM environment, docs/card-scale.md) the other way is vLLM
-answering the whole group in one call (its continuous batching, ``domino.vllm_backend.vllm_answers``,
+answering the whole group in one call (its continuous batching, ``domino.vllm.backend.vllm_answers``,
 what ``data.generation_backend: vllm`` runs) in place of one prompt at a time:
 
     .venv-vllm/bin/python -m domino.tools.bench_regenerate --directory runs/regenerated --configfile config/regenerate.yaml --against vllm
@@ -35,9 +35,9 @@ import torch
 from ..config import load_config
 from ..decode import decode
 from ..io import read_jsonl, write_json
-from ..regenerate import generate_batch
+from ..data.regenerate import generate_batch
 from ..stats import RESAMPLES, paired_rate_ratio
-from ..verifier import eos_ids, load_tokenizer, load_verifier
+from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 from . import tool_parser
 
 
@@ -118,7 +118,7 @@ def main(argv=None) -> dict:
           f"verifier in {cfg['verifier']['dtype']}, {threads} torch thread(s), {os.cpu_count()} cores")
     other, way, name = None, "plain", "one at a time"
     if a.against == "vllm":  # the vLLM environment's interpreter runs this
-        from ..vllm_backend import load_llm, vllm_answers
+        from ..vllm.backend import load_llm, vllm_answers
 
         llm = load_llm(path, cfg["verifier"]["dtype"], max_model_len=d["seq_len"], seed=cfg["seed"],
                        memory_fraction=cfg["vllm"]["memory_fraction"])

@@ -1,7 +1,7 @@
 # The speculative-decoding benchmark, greedy: one job per suite of benchmark.suites decodes every
 # task plain, with each trained run's drafter and with the n-gram lookup rows (benchmark.ngram),
 # back to back, so that every speedup and every comparison of two runs rests on decodes of the
-# same moments (domino/bench.py).
+# same moments (domino/bench/run.py).
 # results/benchmark/{suite}/{run}.json, baseline included.
 
 

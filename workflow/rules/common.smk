@@ -26,7 +26,7 @@ LOOKUPS = lookup_runs(config)  # the n-gram lookup rows (benchmark.ngram): decod
 RUNS = ["baseline"] + TRAINED + LOOKUPS  # every results/benchmark/{suite}/{run}.json
 SUITES = config["benchmark"]["suites"]  # one benchmark job each; HumanEval's results are the card's main tables
 EMBEDDED = config["verifier"]["source"] == "embedded"
-GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/verifier/model (domino.gguf)
+GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/verifier/model (domino.verifier.gguf)
 # where every later stage loads the verifier (and its tokenizer) from
 VERIFIER = "results/verifier/model" if EMBEDDED or GGUF else config["verifier"]["source"]
 VERIFIER_INPUT = ["results/verifier/model"] if EMBEDDED or GGUF else []
@@ -177,6 +177,6 @@ STARTED = time.time()
 
 
 onerror:
-    lines = job_error_lines("logs", STARTED)
+    lines = job_error_lines("logs", STARTED, STAGES)
     if lines:
         atexit.register(print, "\n" + "\n".join(lines), file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 # Optional (vllm.benchmark: true): every suite's benchmark prompts served by vLLM, as a cross-check
 # of the project's own loop. Plain greedy through vLLM, then vLLM's DFlash loop on every exported
-# checkpoint, as trained through domino.vllm_plugin, and vLLM's ngram method for the n-gram lookup
+# checkpoint, as trained through domino.vllm.plugin, and vLLM's ngram method for the n-gram lookup
 # row (benchmark.ngram; its settings as the benchmark recorded them); each job decodes every prompt with the
 # project's loop too, alternately in one process, for the speed ratio. The prompts are read from
 # results/benchmark/{suite}/{run}.json, so both loops decode the very same token ids (a later

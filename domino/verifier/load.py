@@ -6,7 +6,7 @@ A decoder-only causal LM of transformers whose layers all attend to the whole co
 tested family (``domino.config.VERIFIER_FAMILIES``: Qwen3, Qwen2, Llama, Mistral, Gemma, GPT-2, GPT-NeoX), can
 verify; the drafter's own layers stay Qwen3-style whatever the verifier, as the card's and vLLM's
 DFlash drafters are, and share only its hidden size, heads and embedding. The embedded verifier
-(``domino.embedded``) and a converted GGUF verifier (``domino.gguf``) load here like any other.
+(``domino.verifier.embedded``) and a converted GGUF verifier (``domino.verifier.gguf``) load here like any other.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from .attention import GROUPED_SDPA
-from .common import DTYPES
+from ..common import DTYPES
 
 MASK_TOKEN = "<|MASK|>"
 
@@ -28,7 +28,7 @@ class VerifierError(ValueError):
 def check_local(path: str) -> None:
     """Refuse a local path that is not a directory, naming it, before transformers reads it as a
     malformed hub id. A path is local unless it reads as ``org/name`` (``domino.config.is_local_source``)."""
-    from .config import is_local_source
+    from ..config import is_local_source
 
     if is_local_source(str(path)) and not Path(path).expanduser().is_dir():
         where = "" if Path(path).expanduser().is_absolute() else f" (relative paths are read from {Path.cwd()})"
@@ -40,7 +40,7 @@ def check_local(path: str) -> None:
 def check_files(path: str) -> None:
     """A local verifier or tokenizer folder written by this workflow, checked against its
     manifest (a hub id or a folder without one is not checked)."""
-    from .io import check_manifest
+    from ..io import check_manifest
 
     if Path(path).is_dir():
         check_manifest(path, "verifier" if Path(path).name != "tokenizer" else "tokenizer")
@@ -49,7 +49,7 @@ def check_files(path: str) -> None:
 def load_tokenizer(path: str):
     """The verifier's tokenizer, from the same hub id or directory (a directory without usable
     tokenizer files is refused naming it, where transformers' own message names no folder)."""
-    from .config import tokenizer_files_problem
+    from ..config import tokenizer_files_problem
 
     check_local(path)
     check_files(path)
@@ -145,7 +145,7 @@ def check_causal_lm(model) -> None:
     """Refuse a loaded model whose modules the drafter and ``domino.aux.AuxCapture`` cannot read:
     the base model's embedding, decoder layers and final norm (by the names of
     ``domino.aux.decoder_parts``) and output embeddings."""
-    from .aux import EMBEDDINGS, FINAL_NORMS, LAYERS, decoder_parts
+    from ..aux import EMBEDDINGS, FINAL_NORMS, LAYERS, decoder_parts
 
     parts = decoder_parts(model)
     names = {"embed": EMBEDDINGS, "layers": LAYERS, "norm": FINAL_NORMS}
@@ -161,7 +161,7 @@ def check_causal_lm(model) -> None:
 def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     """``AutoModelForCausalLM.from_pretrained`` after checking the config (``check_verifier_config``)
     and, once loaded, the modules (``check_causal_lm``)."""
-    from .config import ConfigError, check_verifier_config
+    from ..config import ConfigError, check_verifier_config
 
     if dtype not in DTYPES:
         raise VerifierError(f"verifier dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -177,7 +177,7 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
         check_verifier_config(config.to_dict())
     except ConfigError as err:
         raise VerifierError(str(err)) from None
-    # transformers' SDPA, with grouped heads kept grouped under a mask on a CPU (domino.attention)
+    # transformers' SDPA, with grouped heads kept grouped under a mask on a CPU (domino.verifier.attention)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype],
                                                  attn_implementation=GROUPED_SDPA).to(device).eval()
     check_causal_lm(model)
@@ -192,7 +192,7 @@ def _fill_shape_fields(config) -> None:
     under their usual names where its family names them otherwise or leaves them out
     (``domino.config.shape_fields``: GPT-2's ``n_inner``, a LayerNorm's epsilon, full-size
     key/value heads); a field the config already answers is left as it is."""
-    from .config import SHAPE_ALIASES, shape_fields
+    from ..config import SHAPE_ALIASES, shape_fields
 
     filled = shape_fields(config.to_dict())
     for key in (*SHAPE_ALIASES, "num_key_value_heads"):

@@ -17,7 +17,7 @@ import torch
 
 
 class OptimizerSettings(Protocol):
-    """The ``train.*`` keys the optimizers read (``domino.train.TrainConfig`` has them all)."""
+    """The ``train.*`` keys the optimizers read (``domino.train.loop.TrainConfig`` has them all)."""
 
     optimizer: str  # "adamw" | "muon"
     lr: float

@@ -1,8 +1,8 @@
 """Training and validation of a drafter on extracted features.
 
-The rows, anchors, noise and random streams a step draws come from ``domino.batches``; the
-optimizers from ``domino.optim``. Everything random is keyed by the seed, a named stream
-(``domino.batches.SeedStream``) and the epoch or the step and row, so a resumed run only needs
+The rows, anchors, noise and random streams a step draws come from ``domino.train.batches``; the
+optimizers from ``domino.train.optim``. Everything random is keyed by the seed, a named stream
+(``domino.train.batches.SeedStream``) and the epoch or the step and row, so a resumed run only needs
 the weights, the optimizer state and the step
 to continue exactly where it stopped; the learning rate and lambda are functions of the step.
 
@@ -29,12 +29,12 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .aux import FINAL_NORMS, decoder_parts
+from ..aux import FINAL_NORMS, decoder_parts
 from .batches import (PackedRows, SeedStream, keyed_generator, sample_anchors, slot_last_states, slot_targets,
                       valid_anchor_mask)
-from .config import AuxNoise, aux_noise
-from .io import atomic_path, write_json, write_jsonl
-from .loss import (curriculum_loss, cut_after_first_wrong, lambda_at, linear_warmup_lr, slot_accuracy, slot_ce,
+from ..config import AuxNoise, aux_noise
+from ..io import atomic_path, write_json, write_jsonl
+from ..loss import (curriculum_loss, cut_after_first_wrong, lambda_at, linear_warmup_lr, slot_accuracy, slot_ce,
                    slot_kl, slot_weights, weighted_terms)
 from .optim import Optimizers, build_optimizers
 
@@ -62,12 +62,12 @@ class TrainConfig:
     noise: str  # see domino.config.AuxNoise
     noise_scale: float  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
     noise_dtype: str  # "float32" | "storage": where the noise is added (domino.config.AuxNoise)
-    loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.batches.LOSS_MASK_AT)
+    loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.train.batches.LOSS_MASK_AT)
     loss: str  # "ce" | "kl_div": the per-slot loss (domino.loss.LOSSES); kl_div needs a VerifierHead
     loss_cut: str  # "none" | "first_wrong": slots after a block's first wrong draft leave the loss (domino.loss.LOSS_CUTS)
     weights_dtype: str  # "float32" | "bfloat16": the trainable weights, optimizer state and updates
     rotary_dtype: str  # "float32" | "weights": the RoPE frequencies in training (see ``set_precision``)
-    optimizer: str  # see domino.optim
+    optimizer: str  # see domino.train.optim
     weight_decay: float  # AdamW's, on the parameters AdamW updates
     betas: tuple  # AdamW's
     muon_lr_scale: float  # Muon's learning rate = this x the scheduled (AdamW) learning rate
@@ -94,7 +94,7 @@ class TrainConfig:
     @classmethod
     def schema_defaults(cls, *, seed: int = 0, weighting: str = "shifted", **overrides) -> "TrainConfig":
         """The config schema's defaults with ``overrides``: a ``TrainConfig`` for tests and tools."""
-        from .config import section_defaults
+        from ..config import section_defaults
 
         return cls.from_section({**section_defaults("train"), **overrides}, seed=seed, weighting=weighting)
 
@@ -505,7 +505,7 @@ def validate(drafter, feats: dict, cfg: TrainConfig, device="cpu", autocast_dtyp
     share right up to it (``*_all_right``), and ``acceptance_length``, ``1 + sum_k P(drafting
     slots up to k all right)``, what a served step's acceptance length is taught to reach.
     """
-    from .loss import counted_acceptance, prefix_accuracy
+    from ..loss import counted_acceptance, prefix_accuracy
 
     device = torch.device(device)
     drafter.to(device).eval()

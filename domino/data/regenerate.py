@@ -10,7 +10,7 @@ first user turn, token for token.
   words; and the benchmark's prompts are single-turn.
 * **The prompt as at benchmark time**: the chat template with ``add_generation_prompt`` and the
   template switches the benchmark uses (Qwen3's ``enable_thinking``), tokenized without added
-  special tokens, as ``domino.prompts.encode_prompt`` does.
+  special tokens, as ``domino.bench.suites.encode_prompt`` does.
 * **The answer as the verifier's tokens**: the row is the prompt's ids followed by the generated
   ids, the end-of-turn token included when the verifier wrote it; nothing is decoded to text
   and tokenized again, so the drafter reads exactly the sequence the verifier produced. The loss
@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import io
+from .. import io
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def generate_batch(verifier, prompts: list[list[int]], max_new_tokens: int, stop
     would cost a full batch at every step."""
     from transformers import DynamicCache
 
-    from .decode import cache_kwarg
+    from ..decode import cache_kwarg
 
     dev = verifier.device
     n, width = len(prompts), max(len(p) for p in prompts)
@@ -139,7 +139,7 @@ def _choose(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     benchmark's tempered, top-p-truncated distribution."""
     if temperature == 0:
         return logits.argmax(-1)
-    from .sampling import sampling_probs
+    from ..sampling import sampling_probs
 
     probs = sampling_probs(logits, temperature, top_p)
     return torch.multinomial(probs.cpu(), 1, generator=generator).flatten().to(logits.device)
@@ -166,7 +166,7 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
 
     ``verifier_key``: what identifies the verifier's weights and what runs it (a shard answered
     otherwise is not kept). ``answer``: what answers a batch, by default ``generate_batch`` on
-    ``verifier``; ``domino.vllm_backend.vllm_answers`` answers through vLLM (``verifier`` then
+    ``verifier``; ``domino.vllm.backend.vllm_answers`` answers through vLLM (``verifier`` then
     unused). The shards live in ``<out>.parts/`` until the file is complete."""
     if answer is None:
         def answer(batch: list[list[int]], seed: int) -> list[tuple[list[int], bool]]:

@@ -4,7 +4,7 @@ A speed comparison here is a ratio of decodes of the same moments, never of two 
 apart: every decoder runs on a prompt back to back with the others, the order rotated from one
 prompt to the next (``rotation``), each decode timed with the garbage collector off (``timed``),
 after one untimed warm-up per decoder (``untimed_tokens``). ``paired_decodes`` does all of it;
-the benchmark (``domino.bench``), the vLLM cross-check (``domino.vllm_backend``) and the tools
+the benchmark (``domino.bench.run``), the vLLM cross-check (``domino.vllm.backend``) and the tools
 (``domino/tools``) time through it. What the timings are turned into (summaries, intervals)
 lives with each of them.
 """
@@ -17,7 +17,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from .decode import DecodeResult
+from ..decode import DecodeResult
 
 TIMING = ("paired: every decoder on each prompt back to back, the order rotated cyclically from one prompt to the "
           "next, garbage collection off while a decode is timed, one untimed warm-up of a full block per decoder")

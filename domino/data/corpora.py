@@ -29,7 +29,7 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
-from . import io
+from .. import io
 
 ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
             "bard": "assistant", "bing": "assistant", "assistant": "assistant", "system": "system"}
@@ -244,11 +244,11 @@ def tokenize_conversation(tokenizer, messages: list[dict], seq_len: int, chat_te
     """Token ids and the assistant-only loss mask of one conversation, truncated to ``seq_len``.
 
     The mask covers each assistant turn's content and the end-of-turn token that the template
-    puts right after it (``domino.verifier.end_of_turn``: ``<|im_end|>`` for ChatML), so the
+    puts right after it (``domino.verifier.load.end_of_turn``: ``<|im_end|>`` for ChatML), so the
     drafter learns where turns end (read from the template when not given). A template without
     generation markers is read by its spans: where each message's content was rendered.
     """
-    from .verifier import end_of_turn as template_end_of_turn
+    from ..verifier.load import end_of_turn as template_end_of_turn
 
     if not any(m["role"] == "assistant" for m in messages):
         raise DataError("a conversation without an assistant turn has nothing to train on")
@@ -293,7 +293,7 @@ def _locate(text: str, content: str, cursor: int, end_of_turn: str) -> int:
 
 def prepare_records(tokenizer, records, seq_len: int, val_fraction: float, seed: int, chat_template_kwargs=None):
     """Tokenize, drop conversations with no assistant token left, split train/val (seeded)."""
-    from .verifier import end_of_turn
+    from ..verifier.load import end_of_turn
 
     rows, turn_end = [], end_of_turn(tokenizer, chat_template_kwargs) or ""
     for rec in records:

@@ -36,9 +36,9 @@ import torch
 from safetensors.torch import load, load_file, save_file
 from tqdm import tqdm
 
-from .common import DTYPES
-from .io import atomic_path, read_json, sha256_file, write_json
-from .aux import AuxCapture
+from ..common import DTYPES
+from ..io import atomic_path, read_json, sha256_file, write_json
+from ..aux import AuxCapture
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
     ``last_hidden_state`` also stores each token's last layer output before the final norm (``last``).
 
     ``backend`` computes one shard's tensors: None runs ``verifier`` through transformers here;
-    ``domino.vllm_backend.VllmExtractor`` runs the same weights through vLLM. Its ``name`` is
+    ``domino.vllm.backend.VllmExtractor`` runs the same weights through vLLM. Its ``name`` is
     part of the shard key, so shards from one backend are never taken for the other's.
     """
     out_dir = Path(index_path).parent

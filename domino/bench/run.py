@@ -1,13 +1,13 @@
 """The speculative-decoding benchmark: decode, check losslessness, summarise, write the results.
 
-One job decodes one suite (``domino.prompts``: HumanEval, MT-Bench). A task of several turns is
+One job decodes one suite (``domino.bench.suites``: HumanEval, MT-Bench). A task of several turns is
 decoded turn by turn, as speculative-decoding papers run MT-Bench: turn 1 decoded by every
 decoder, the verifier's own answer to it (the plain decode's) appended, turn 2 decoded, each turn
 timed and counted; the task, not the turn, is the unit of every interval, since the turns of a
 task share a conversation. Acceptance needs no execution of the generated code, so nothing
 generated is ever run (and a single-turn suite's output is never even turned back into text).
 
-Speed is paired (``domino.timing``): one job decodes every prompt plain and with each
+Speed is paired (``domino.bench.timing``): one job decodes every prompt plain and with each
 checkpoint's drafter, back to back (``timed_decodes``), so ``speedup`` never divides figures of
 two moments, and two checkpoints are compared on decodes of the same moments too.
 Intervals are BCa bootstraps over prompts (``domino.stats``).
@@ -23,19 +23,19 @@ from dataclasses import dataclass, replace
 import torch
 from transformers import DynamicCache
 
-from .acceptance import acceptance_summary
-from .aux import AuxCapture
-from .common import MachineLoad, hardware
-from .decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
-from .io import write_json
-from .model import Drafter
-from .prompts import SUITES, encode_turns, suite_tasks
-from .sampling import SamplingRule, seeded_generator
-from .stats import (LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio,
+from ..acceptance import acceptance_summary
+from ..aux import AuxCapture
+from ..common import MachineLoad, hardware
+from ..decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
+from ..io import write_json
+from ..model import Drafter
+from .suites import SUITES, encode_turns, suite_tasks
+from ..sampling import SamplingRule, seeded_generator
+from ..stats import (LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio,
                     ratio_of_sums)
 from .timing import (PLAIN, TIMING, Decode, PromptDecodes, PromptTiming, merge_turns, paired_decodes,
                      tokens_per_second, untimed_tokens)
-from .verifier import eos_ids, load_tokenizer, load_verifier
+from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class Decoding:
 @dataclass(frozen=True)
 class BenchmarkConfig:
     """The config values one benchmark job reads (``domino/config.schema.yaml`` describes each),
-    built by the stage layer; ``domino.train.TrainConfig`` is its counterpart for training."""
+    built by the stage layer; ``domino.train.loop.TrainConfig`` is its counterpart for training."""
 
     device: str
     verifier_name: str  # verifier.name, recorded in the protocol
@@ -173,7 +173,7 @@ class BenchmarkConfig:
     temperature: float  # 0: greedy (the benchmark stage); > 0: the sampling stage's T
     top_p: float  # benchmark.top_p when sampling; 1.0 when greedy (nothing to truncate)
     tie_tolerance: float | None  # benchmark.tie_tolerance when greedy (None: the row-count noise, lossless_verdict); 0.0 when sampling
-    suite: str = "humaneval"  # one of benchmark.suites (domino.prompts.SUITES)
+    suite: str = "humaneval"  # one of benchmark.suites (domino.bench.suites.SUITES)
     answer_tokens: int | None = None  # benchmark.answer_tokens: an earlier turn's answer budget (None: max_new_tokens)
 
     def __post_init__(self):
@@ -261,7 +261,7 @@ def _check_context(config: BenchmarkConfig, tasks: list[dict], encoded: list[lis
 
 def encode_tasks(config: BenchmarkConfig, tokenizer, context_length: int,
                  prompts: list[dict] | None = None) -> tuple[list[dict], list[list[int]]]:
-    """The benchmark's tasks (``prompts``, or the suite read here; ``domino.prompts``) and the
+    """The benchmark's tasks (``prompts``, or the suite read here; ``domino.bench.suites``) and the
     token ids of their first turns. A prompt that leaves no room for ``max_new_tokens`` in the
     verifier's context is refused here, before any timing; a task of several turns must have as
     many as every other task of the suite."""
@@ -307,7 +307,7 @@ def decoders(loaded: Loaded, decoding: Decoding = Decoding(), first_index: int =
 
 def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
                   desc: str = "benchmark", decoding: Decoding = Decoding(), first_index: int = 0) -> list[PromptDecodes]:
-    """Every prompt decoded plain and by every run's drafter, paired (``domino.timing``), after
+    """Every prompt decoded plain and by every run's drafter, paired (``domino.bench.timing``), after
     warm-ups long enough for a step with the longest block of drafts."""
     warm = untimed_tokens(max((d.drafts_per_step for d in loaded.drafts.values()), default=0), max_new_tokens)
     return paired_decodes(decoders(loaded, decoding, first_index), encoded, max_new_tokens, warm, desc)

@@ -10,7 +10,7 @@ writes: a plain synchronous copy, then an atomic write. It costs a device sync p
 request, which offline extraction does not mind, and runs the same on a GPU and on a CPU.
 
 Loaded by vLLM from ``kv_transfer_config`` (``kv_connector="SyncHiddenStatesConnector"``,
-``kv_connector_module_path="domino.vllm_connector"``); only importable where vLLM is.
+``kv_connector_module_path="domino.vllm.connector"``); only importable where vLLM is.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ domino`` is).
 Three uses, each beside the project's own transformers code rather than instead of it:
 
 * ``VllmExtractor``: the verifier's aux hidden states through vLLM's ``extract_hidden_states``
-  speculative method and ``domino.vllm_connector.SyncHiddenStatesConnector``. vLLM numbers
+  speculative method and ``domino.vllm.connector.SyncHiddenStatesConnector``. vLLM numbers
   aux layers as this project does (``domino.aux.AuxCapture``). The training target needs
   the *normed* last state, so
   the extractor asks for layer ``L`` as well and applies the verifier's final norm and the
@@ -18,7 +18,7 @@ Three uses, each beside the project's own transformers code rather than instead 
   regenerated training answers, a batch at a time (``data.generation_backend: vllm``).
 * ``vllm_generate`` on an ``LLM`` built with ``speculative=<export dir>``: vLLM's own DFlash
   loop on a checkpoint written by ``domino.export``, any kind, as trained through
-  ``domino.vllm_plugin``. Acceptance comes from vLLM's counters
+  ``domino.vllm.plugin``. Acceptance comes from vLLM's counters
   (drafts, accepted tokens per position), read before and after each prompt; with
   ``ngram=`` (the n-gram lookup row) vLLM's own ``ngram`` method, no drafter.
 """
@@ -33,17 +33,17 @@ from pathlib import Path
 
 import torch
 
-from .bench import BenchmarkError
-from .common import hardware
-from .config import LOOKUP
-from .decode import DecodeResult, NeuralDraft, NgramDraft, decode
-from .features import shard_tensors
-from .io import read_json, write_json
-from .acceptance import acceptance_from_counts, acceptance_summary, position_counts
-from .model import Drafter
-from .stats import RESAMPLES, paired_rate_ratio
-from .timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
-from .verifier import eos_ids, load_tokenizer, load_verifier
+from ..bench.run import BenchmarkError
+from ..common import hardware
+from ..config import LOOKUP
+from ..decode import DecodeResult, NeuralDraft, NgramDraft, decode
+from ..data.features import shard_tensors
+from ..io import read_json, write_json
+from ..acceptance import acceptance_from_counts, acceptance_summary, position_counts
+from ..model import Drafter
+from ..stats import RESAMPLES, paired_rate_ratio
+from ..bench.timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
+from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +67,8 @@ def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = Non
              plugin: bool = True, ngram: dict | None = None):
     """A ``vllm.LLM`` for ``model``; with ``speculative`` (a ``domino.export`` directory) it
     drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step, as trained through
-    ``domino.vllm_plugin`` (``plugin=False``, for a control, lets vLLM serve it without); with
-    ``ngram`` (a lookup row's ``{"max_n", "min_n", "drafts"}``, ``domino.bench.LookupSpec``) it
+    ``domino.vllm.plugin`` (``plugin=False``, for a control, lets vLLM serve it without); with
+    ``ngram`` (a lookup row's ``{"max_n", "min_n", "drafts"}``, ``domino.bench.run.LookupSpec``) it
     drafts with vLLM's own ``ngram`` method. vLLM's rule is not ``domino.decode.ngram_lookup``'s:
     it takes the earliest occurrence of the longest match and drafts no further than the context
     holds, where ours takes the latest and copies a full block.
@@ -95,11 +95,11 @@ def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = Non
 
 
 def _require_plugin() -> None:
-    """vLLM serves a shifted or Domino export as trained only with ``domino.vllm_plugin``, and
-    only in its V1 model runner (``domino.vllm_plugin.check_runner``)."""
+    """vLLM serves a shifted or Domino export as trained only with ``domino.vllm.plugin``, and
+    only in its V1 model runner (``domino.vllm.plugin.check_runner``)."""
     from importlib.metadata import entry_points
 
-    from .vllm_plugin import check_runner
+    from .plugin import check_runner
 
     check_runner()
     allowed = os.environ.get("VLLM_PLUGINS")
@@ -154,7 +154,7 @@ def vllm_generate(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()
 
 def vllm_answers(llm, prompts: list[list[int]], max_new_tokens: int, stop_ids, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int = 0) -> list[tuple[list[int], bool]]:
-    """Each prompt's answer through vLLM in one batched call, as ``domino.regenerate.generate_batch``
+    """Each prompt's answer through vLLM in one batched call, as ``domino.data.regenerate.generate_batch``
     gives it: ``(token ids, cut)``, a stop id kept as the last id, ``cut`` when the budget ended it.
     Greedy at ``temperature`` 0; else vLLM's own sampler, prompt i seeded by ``seed + i``, so a
     seed gives the same answers every run, though not the draws of the transformers path."""
@@ -198,7 +198,7 @@ def vllm_greedy(llm, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) 
 
 class VllmExtractor:
     """Aux hidden states and greedy draft-vocabulary targets through vLLM, in the layout of
-    ``domino.features`` (one call per shard, the same tensors as the transformers path).
+    ``domino.data.features`` (one call per shard, the same tensors as the transformers path).
 
     ``verifier`` is the transformers model, left on the CPU (it supplies the weights hash that
     keys the shards); its final norm and the target's ``lm_head`` rows are copied to ``device``,
@@ -228,7 +228,7 @@ class VllmExtractor:
             speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
                                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": self.layers}}},
             kv_transfer_config={"kv_connector": "SyncHiddenStatesConnector",
-                                "kv_connector_module_path": "domino.vllm_connector", "kv_role": "kv_producer",
+                                "kv_connector_module_path": "domino.vllm.connector", "kv_role": "kv_producer",
                                 "kv_connector_extra_config": {"shared_storage_path": str(self.storage),
                                                               "use_synchronization_lock": False}})
 
@@ -293,7 +293,7 @@ class VllmExtractor:
 
 def served_drafts_per_step(export_dir: str | None) -> int:
     """The drafts per step of an export: ``speculative_tokens`` (B with ``shift_label``, B-1
-    without). vLLM serves every export as trained through ``domino.vllm_plugin``."""
+    without). vLLM serves every export as trained through ``domino.vllm.plugin``."""
     if not export_dir:
         raise BenchmarkError("a vLLM DFlash run needs an exported checkpoint")
     spec = read_json(Path(export_dir) / "config.json", "exported checkpoint config")
@@ -305,7 +305,7 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
                        checkpoint_dir: str | None = None, device: str = "cpu", max_prompts: int | None = None) -> dict:
     """The same prompts served by vLLM and by the project's own loop, side by side in this
     process: plain greedy (``run == "baseline"``), vLLM's own DFlash loop on an exported
-    checkpoint, any kind, through ``domino.vllm_plugin``, beside ``domino.decode`` with the
+    checkpoint, any kind, through ``domino.vllm.plugin``, beside ``domino.decode`` with the
     checkpoint the export was written from (``checkpoint_dir``), or (``run == "ngram"``, the
     lookup row) vLLM's ``ngram`` method at the lookup's settings as the benchmark recorded them,
     beside ``domino.decode.NgramDraft`` (their rules differ: ``load_llm``). Prompts, their token ids and
@@ -316,7 +316,7 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     turn 2 follows the project's plain answer to turn 1 in both loops; its turns are joined into
     one record, as the benchmark joins them, and the task is the unit of every interval.
 
-    Speed: each prompt is decoded by both loops back to back (``domino.timing.paired_decodes``:
+    Speed: each prompt is decoded by both loops back to back (``domino.bench.timing.paired_decodes``:
     the order alternating, the garbage collector off), so the ratio of vLLM's tokens per second to ours
     (``tps_ratio_to_ours``, paired over prompts) rests on decodes of the same moments;
     ``ours_tps`` is our loop's in this process. Acceptance and tokens are compared with the
