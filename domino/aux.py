@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import torch
 
-
 # the decoder's parts under the base model, by the names the verifier families give them
 # (``domino.config.VERIFIER_FAMILIES``): the embedding, the decoder layers, the final norm (RMSNorm or LayerNorm)
 EMBEDDINGS = ("embed_tokens", "wte", "embed_in")

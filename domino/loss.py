@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+
 def slot_weights(block_size: int, gamma: float, weighting: str) -> torch.Tensor:
     """Per-slot loss weights.
 

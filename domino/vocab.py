@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
 from .io import load_safetensors, save_safetensors, write_json
 
 

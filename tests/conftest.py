@@ -16,9 +16,9 @@ from transformers import Qwen3ForCausalLM
 from domino.bench.run import BenchmarkConfig
 from domino.card import scale
 from domino.config import validate_config
-from domino.verifier.embedded import build_embedded_verifier, train_tokenizer
 from domino.shapes import qwen3_config
 from domino.train.loop import TrainConfig
+from domino.verifier.embedded import build_embedded_verifier, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 # the README's command for Snakemake's HTML report of the card's jobs (run on the finished micro run)

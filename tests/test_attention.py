@@ -7,8 +7,8 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.integrations import sdpa_attention
 
 from conftest import tiny_verifier
-from domino.verifier.attention import GROUPED_SDPA
 from domino.decode import cache_kwarg
+from domino.verifier.attention import GROUPED_SDPA
 from domino.verifier.load import load_verifier
 
 

@@ -9,12 +9,22 @@ import pytest
 import torch
 
 from conftest import BENCH_CONFIG, bench_outs, tiny_drafter
-from domino.tools import bench_paired
-from domino.bench.run import (BenchmarkConfig, Decoding, Loaded, acceptance_fields, divergence,
-                          lossless_check, lossless_verdict, prompt_records, run_benchmark, speed_summary,
-                          timed_decodes)
+from domino.bench.run import (
+    BenchmarkConfig,
+    Decoding,
+    Loaded,
+    acceptance_fields,
+    divergence,
+    lossless_check,
+    lossless_verdict,
+    prompt_records,
+    run_benchmark,
+    speed_summary,
+    timed_decodes,
+)
 from domino.decode import NeuralDraft, decode
 from domino.stats import compare_checkpoints
+from domino.tools import bench_paired
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -206,6 +216,7 @@ def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
 
 def test_timed_restores_the_garbage_collector_even_on_error():
     import gc
+
     from domino.bench.timing import timed
 
     def boom(i, ids, n):
@@ -324,8 +335,8 @@ def test_greedy_speedup_is_the_ratio_of_token_rates():
     plain seconds over speculative seconds. Prompt 0: 10 tokens both ways; prompt 1: plain 20
     tokens in 2 s, speculative 10 tokens in 0.5 s. Rates: 20 / 1.5 s against 30 / 3 s, 1.333x;
     seconds: 3 / 1.5 = 2x."""
-    from domino.decode import DecodeResult
     from domino.bench.timing import PromptTiming
+    from domino.decode import DecodeResult
 
     def pair(plain_n, plain_s, spec_n, spec_s):
         return PromptTiming(DecodeResult(list(range(plain_n)), [], 0.0, 0.0, plain_s),

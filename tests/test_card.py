@@ -5,17 +5,27 @@ import re
 import shutil
 
 import pytest
-from conftest import (CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_ci, check_num, embedded_scale,
-                      fixture, render_results, table, tables)
 from huggingface_hub import ModelCard
 
+from conftest import (
+    CARD_INFO,
+    CKPTS,
+    FIXTURE,
+    LABELS,
+    PROVENANCE,
+    check_ci,
+    check_num,
+    embedded_scale,
+    fixture,
+    render_results,
+    table,
+    tables,
+)
 from domino import stats
 from domino.card import claims, filters, plots, published, render, scale
 from domino.card.results import load_results
+from domino.stats import compare_checkpoints, implied_acceptance_length
 from domino.tools import compare
-from domino.stats import compare_checkpoints
-from domino.stats import implied_acceptance_length
-
 
 # Header rows of the published card's tables (the figures of domino/card/published.py come from
 # the same card), which the rendered card repeats.

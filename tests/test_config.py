@@ -2,9 +2,9 @@
 key and what is allowed. ``validate_config`` directly, and three through the real Snakemake CLI."""
 
 import copy
+import json
 import os
 import shutil
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -393,7 +393,6 @@ def test_null_aux_layer_ids_follow_the_cards_rule_from_the_verifiers_depth(tmp_p
     """[1, L/2 - 1, L - 3]: the card's [1, 13, 25] for 28 layers, [1, 14, 27] for 30; a hub id's
     depth is unknown offline and a shallow verifier has no room for the rule: both refused."""
     from conftest import load_config_files, random_verifier_dir
-
     from domino.config import default_aux_layer_ids
 
     assert default_aux_layer_ids(28) == [1, 13, 25] and default_aux_layer_ids(30) == [1, 14, 27]

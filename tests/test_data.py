@@ -7,8 +7,15 @@ import json
 import pytest
 
 import domino.data.corpora as D
-from domino.data.corpora import (DataError, iter_json_array_records, load_corpus, prepare_records, read_jsonl,
-                         sharegpt_messages, tokenize_conversation)
+from domino.data.corpora import (
+    DataError,
+    iter_json_array_records,
+    load_corpus,
+    prepare_records,
+    read_jsonl,
+    sharegpt_messages,
+    tokenize_conversation,
+)
 from domino.verifier.embedded import train_tokenizer
 from domino.verifier.load import VerifierError
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from conftest import RELIABILITY_CFG as CFG, synthetic_features
 from domino.model import Drafter
 from domino.train.loop import train
-from conftest import RELIABILITY_CFG as CFG, synthetic_features
 
 DDP_CFG = replace(CFG, rows_per_step=2, epochs=2)
 

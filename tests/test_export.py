@@ -8,10 +8,9 @@ import torch
 from safetensors import safe_open
 
 from conftest import tiny_drafter, tiny_verifier
-from domino.decode import NeuralDraft
 from domino.aux import aux_states
-from domino.export import (ExportError, export_speculators, from_speculators_name, load_speculators,
-                           to_speculators_name)
+from domino.decode import NeuralDraft
+from domino.export import ExportError, export_speculators, from_speculators_name, load_speculators, to_speculators_name
 
 KINDS = {  # the three card rows
     "dflash-shift": dict(projector="dflash", shift_label=True),

@@ -13,12 +13,10 @@ import transformers as T
 import yaml
 
 from conftest import tiny_drafter
-from domino.aux import AuxCapture
-from domino.config import ConfigError, validate_config
-from domino.decode import NeuralDraft, decode
+from domino.aux import AuxCapture, decoder_parts
+from domino.config import VERIFIER_FAMILIES as TESTED, ConfigError, validate_config
 from domino.data.regenerate import generate_batch
-from domino.aux import decoder_parts
-from domino.config import VERIFIER_FAMILIES as TESTED
+from domino.decode import NeuralDraft, decode
 from domino.verifier.load import load_verifier
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from conftest import ROOT
-from domino.verifier import gguf
 from domino.config import ConfigError, load_config
+from domino.verifier import gguf
 
 # read as written: validating the profile reads the file's header, which needs the wheel (the
 # vLLM environment collects this module too, without it)

@@ -67,8 +67,8 @@ def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
     import shutil
 
     from domino.bench.run import acceptance_fields
-    from domino.decode import DecodeResult
     from domino.bench.timing import PromptTiming
+    from domino.decode import DecodeResult
 
     timings = [PromptTiming(DecodeResult([5, 6]), DecodeResult([5, 6], []), True) for _ in range(3)]
     fields = acceptance_fields(timings, 10, seed=0)

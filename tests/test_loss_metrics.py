@@ -6,9 +6,17 @@ import pytest
 import torch
 
 from domino import stats
-from domino.loss import (counted_acceptance, lambda_at, linear_warmup_lr, prefix_accuracy, slot_accuracy,
-                         slot_weights, weighted_ce, weighted_kl)
 from domino.acceptance import acceptance_from_counts, acceptance_summary
+from domino.loss import (
+    counted_acceptance,
+    lambda_at,
+    linear_warmup_lr,
+    prefix_accuracy,
+    slot_accuracy,
+    slot_weights,
+    weighted_ce,
+    weighted_kl,
+)
 
 
 def test_slot_weights_by_hand():
@@ -189,7 +197,6 @@ def test_validate_counts_teacher_forced_acceptance(shift, right, conditional, co
     marginal accuracies (the hand-counted anchors of test_train's two documents: 10 valid anchors,
     7 with a supervised a+2)."""
     from conftest import SlotOracle, two_doc_features
-
     from domino.train.loop import TrainConfig, validate
 
     cfg = TrainConfig.schema_defaults(pack_len=16, rows_per_step=1, anchors_per_row=64, gamma=7.0,

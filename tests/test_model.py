@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from conftest import tiny_drafter, tiny_verifier
-from domino.decode import NeuralDraft
 from domino.aux import aux_states
+from domino.decode import NeuralDraft
 
 
 def _row_with_two_docs(verifier, drafter, a_in_doc, doc0_len=7, doc1_len=30, seed=3):

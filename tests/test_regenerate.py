@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import interrupt_at_call, stage_cli_config, tiny_verifier
-from domino.data import regenerate as rg
 from domino.bench.suites import encode_prompt
+from domino.data import regenerate as rg
 from domino.decode import decode
 
 

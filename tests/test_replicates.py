@@ -7,12 +7,11 @@ import shutil
 import statistics
 
 import pytest
-from conftest import render_results
-from fixtures.make_results import write_replicates
-from conftest import CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_num, table
 
+from conftest import CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_num, render_results, table
 from domino.card.results import load_results
 from domino.card.tables import Ordering, replicate_summary, spread
+from fixtures.make_results import write_replicates
 
 N = 3
 REPLICATE_HEADER = ("| Checkpoint | Accept len per replicate | Accept len mean | Accept len spread | "

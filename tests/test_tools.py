@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
 import domino.tools
+from conftest import ROOT
 
 TOOLS = sorted(m.name for m in pkgutil.iter_modules(domino.tools.__path__))
 

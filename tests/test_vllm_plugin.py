@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-
 KINDS = {"dflash-shift": {"projector": "dflash", "shift_label": True},
          "dflash-noshift": {"projector": "dflash", "shift_label": False},
          "domino": {"projector": "domino", "shift_label": True},

@@ -29,13 +29,21 @@ from ..common import MachineLoad, hardware
 from ..decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
 from ..io import write_json
 from ..model import Drafter
-from .suites import SUITES, encode_turns, suite_tasks
 from ..sampling import SamplingRule, seeded_generator
-from ..stats import (LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio,
-                    ratio_of_sums)
-from .timing import (PLAIN, TIMING, Decode, PromptDecodes, PromptTiming, merge_turns, paired_decodes,
-                     tokens_per_second, untimed_tokens)
+from ..stats import LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio, ratio_of_sums
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
+from .suites import SUITES, encode_turns, suite_tasks
+from .timing import (
+    PLAIN,
+    TIMING,
+    Decode,
+    PromptDecodes,
+    PromptTiming,
+    merge_turns,
+    paired_decodes,
+    tokens_per_second,
+    untimed_tokens,
+)
 
 logger = logging.getLogger(__name__)
 

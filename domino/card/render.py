@@ -22,14 +22,20 @@ from .filters import environment
 from .html import write_html
 from .paths import DATA_SIZE_PLOT, PLOTS, TEMPLATES, CardPaths, html_path
 from .plots import MIN_STEPS, steps_behind_conditional, write_plots
-from .published import CHECKPOINTS, LABELS
-from .published import FIGURES as SEED_CARD
-from .published import NAME as SEED_NAME
-from .published import SETTINGS as SEED_SETTINGS
-from .scale import ScaleStatement
+from .published import CHECKPOINTS, FIGURES as SEED_CARD, LABELS, NAME as SEED_NAME, SETTINGS as SEED_SETTINGS
 from .results import MAIN_SUITE
-from .tables import (Estimate, category_rows, compare, conditional_estimates, estimate, position_estimates,
-                     replicate_summary, tail_estimate, teacher_forced_vs_served)
+from .scale import ScaleStatement
+from .tables import (
+    Estimate,
+    category_rows,
+    compare,
+    conditional_estimates,
+    estimate,
+    position_estimates,
+    replicate_summary,
+    tail_estimate,
+    teacher_forced_vs_served,
+)
 
 COMPARE_TO = "dflash-noshift"  # the seed card's "vs DFlash noshift" column
 HUB_DATASETS = {"HumanEval": "openai/openai_humaneval"}

@@ -12,13 +12,13 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from ..common import hardware
+from ..config import HUB_ID, aux_noise, config_sha256, lookup_runs, responses_of, trained_runs, vllm_runs
 from . import published
 from .filters import PerCheckpoint
 from .paths import CardPaths, data_size_points
 from .render import render_card
 from .results import load_results, sampling_dir
-from ..common import hardware
-from ..config import HUB_ID, aux_noise, config_sha256, lookup_runs, responses_of, trained_runs, vllm_runs
 from .scale import run_settings, scale_statement, verifier_kind, verifier_label
 
 logger = logging.getLogger(__name__)

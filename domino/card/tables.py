@@ -25,8 +25,14 @@ import numpy as np
 
 from ..acceptance import steps_accepting
 from ..config import split_replicate, trained_runs
-from ..stats import (LEVEL, acceptance_length_difference, acceptance_length_pooled, compare_checkpoints,
-                     ratio_of_sums, zero_upper_bound)
+from ..stats import (
+    LEVEL,
+    acceptance_length_difference,
+    acceptance_length_pooled,
+    compare_checkpoints,
+    ratio_of_sums,
+    zero_upper_bound,
+)
 
 
 class Estimate(NamedTuple):

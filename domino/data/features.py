@@ -36,9 +36,9 @@ import torch
 from safetensors.torch import load, load_file, save_file
 from tqdm import tqdm
 
+from ..aux import AuxCapture
 from ..common import DTYPES
 from ..io import atomic_path, read_json, sha256_file, write_json
-from ..aux import AuxCapture
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
+from ..bench.timing import paired_decodes
 from ..decode import NeuralDraft, decode
 from ..model import Drafter
 from ..stats import paired_rate_ratio
-from ..bench.timing import paired_decodes
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 from . import add_threads_argument, tool_parser, wait_policy
 

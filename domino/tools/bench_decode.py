@@ -27,15 +27,15 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache, Qwen3ForCausalLM
 
+from ..acceptance import acceptance_summary
 from ..bench.run import divergence
-from . import CARD_DRAFTER, add_threads_argument, card_drafter_config, tool_parser, wait_policy
 from ..common import DTYPES
 from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, decode
-from ..acceptance import acceptance_summary
 from ..model import Drafter, DrafterConfig
 from ..shapes import qwen3_config
 from ..verifier.load import load_verifier
 from ..vocab import mappings
+from . import CARD_DRAFTER, add_threads_argument, card_drafter_config, tool_parser, wait_policy
 
 
 def _random_verifier(seed: int):

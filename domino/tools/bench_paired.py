@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 
 from ..bench.run import BenchmarkConfig, run_benchmark
+from ..bench.timing import PLAIN
 from ..config import load_config, trained_runs
 from ..io import write_json
-from ..bench.timing import PLAIN
 from . import tool_parser
 
 

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 from ..config import load_config
+from ..data.regenerate import generate_batch
 from ..decode import decode
 from ..io import read_jsonl, write_json
-from ..data.regenerate import generate_batch
 from ..stats import RESAMPLES, paired_rate_ratio
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 from . import tool_parser

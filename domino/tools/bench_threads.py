@@ -31,12 +31,12 @@ WORKLOADS = ("train", "decode")
 def _workload(name: str, threads: int, seconds: float) -> float:
     """Mean seconds of one unit of ``name`` (a training step, or one prompt's two decodes)."""
     import torch
+    from transformers import Qwen3ForCausalLM
 
     from ..decode import NeuralDraft, decode
     from ..model import Drafter, DrafterConfig
     from ..shapes import qwen3_config
     from ..vocab import mappings
-    from transformers import Qwen3ForCausalLM
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -30,12 +30,28 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ..aux import FINAL_NORMS, decoder_parts
-from .batches import (PackedRows, SeedStream, keyed_generator, sample_anchors, slot_last_states, slot_targets,
-                      valid_anchor_mask)
 from ..config import AuxNoise, aux_noise
 from ..io import atomic_path, write_json, write_jsonl
-from ..loss import (curriculum_loss, cut_after_first_wrong, lambda_at, linear_warmup_lr, slot_accuracy, slot_ce,
-                   slot_kl, slot_weights, weighted_terms)
+from ..loss import (
+    curriculum_loss,
+    cut_after_first_wrong,
+    lambda_at,
+    linear_warmup_lr,
+    slot_accuracy,
+    slot_ce,
+    slot_kl,
+    slot_weights,
+    weighted_terms,
+)
+from .batches import (
+    PackedRows,
+    SeedStream,
+    keyed_generator,
+    sample_anchors,
+    slot_last_states,
+    slot_targets,
+    valid_anchor_mask,
+)
 from .optim import Optimizers, build_optimizers
 
 logger = logging.getLogger(__name__)

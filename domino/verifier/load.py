@@ -15,8 +15,8 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from .attention import GROUPED_SDPA
 from ..common import DTYPES
+from .attention import GROUPED_SDPA
 
 MASK_TOKEN = "<|MASK|>"
 

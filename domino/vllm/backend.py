@@ -33,16 +33,16 @@ from pathlib import Path
 
 import torch
 
+from ..acceptance import acceptance_from_counts, acceptance_summary, position_counts
 from ..bench.run import BenchmarkError
+from ..bench.timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
 from ..common import hardware
 from ..config import LOOKUP
-from ..decode import DecodeResult, NeuralDraft, NgramDraft, decode
 from ..data.features import shard_tensors
+from ..decode import DecodeResult, NeuralDraft, NgramDraft, decode
 from ..io import read_json, write_json
-from ..acceptance import acceptance_from_counts, acceptance_summary, position_counts
 from ..model import Drafter
 from ..stats import RESAMPLES, paired_rate_ratio
-from ..bench.timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 
 logger = logging.getLogger(__name__)
