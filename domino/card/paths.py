@@ -19,7 +19,7 @@ PLOTS = {
 
 # drawn only when the run has data-size points (``data_size_points``)
 DATA_SIZE_PLOT = {"data_size": "data_size.png"}
-KIND_KEYS = ("projector", "shift_label", "weighting")  # what makes a checkpoint entry a card row's kind
+KIND_KEYS = ("projector", "shift_label", "weighting")  # what makes a checkpoint a card row's kind (checkpoints.<name>)
 
 
 def data_size_points(checkpoints: dict, rows=("dflash-shift", "dflash-noshift", "domino")) -> dict[str, dict]:

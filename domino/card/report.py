@@ -16,7 +16,7 @@ from ..common import hardware
 from ..config import HUB_ID, aux_noise, config_sha256, lookup_runs, responses_of, trained_runs, vllm_runs
 from . import published
 from .filters import PerCheckpoint
-from .paths import CardPaths, data_size_points
+from .paths import KIND_KEYS, CardPaths, data_size_points
 from .render import render_card
 from .results import load_results, sampling_dir
 from .scale import run_settings, scale_statement, verifier_kind, verifier_label
@@ -208,7 +208,6 @@ def _setting(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-KIND_KEYS = ("projector", "shift_label", "weighting")  # what makes a checkpoint a card row (checkpoints.<name>)
 SLOT_KEYS = ("shift_label", "weighting")  # how block slots map to target tokens and weigh in the loss
 
 
