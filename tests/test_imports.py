@@ -15,7 +15,7 @@ PKG = ROOT / "domino"
 # the rooms, each a tuple of module-name prefixes: a prefix names that module and every module under it
 ALGORITHM = ("domino.aux", "domino.vocab", "domino.model", "domino.loss", "domino.export", "domino.decode",
              "domino.sampling", "domino.acceptance")
-PLUMBING = ("domino.config", "domino.common", "domino.io", "domino.shapes", "domino.stats")
+PLUMBING = ("domino.config", "domino.common", "domino.io", "domino.rundir", "domino.shapes", "domino.stats")
 STAGE_LAYER = ("domino.__main__", "domino.stages", "domino.logs")
 STAGE_FOLDERS = ("domino.verifier", "domino.data", "domino.train", "domino.bench", "domino.vllm")
 CARD = ("domino.card",)
