@@ -203,15 +203,17 @@ def _check_overrides(cfg: dict, name: str, validator, facts: dict | None) -> Non
             raise ConfigError(f"checkpoints.{name}.{err}") from None
 
 
-def is_local_source(src: str) -> bool:
+def is_local_source(src: str, checkout: str | Path | None = None) -> bool:
     """A verifier source is a local directory unless it reads as a hub id (``org/name``).
 
     A path that exists, starts with ``/ . ~``, has any number of slashes but one, or begins with
-    one of the workflow's own directories (``results/...``) is local, so a missing one is refused
+    one of the workflow's own directories (``results/...``) or with a folder of the run directory
+    or the ``checkout`` (``byo/none`` where ``byo/`` is one) is local, so a missing one is refused
     at once instead of being looked up on the hub."""
     if Path(src).expanduser().exists() or src.startswith(("/", ".", "~")) or not HUB_ID.fullmatch(src):
         return True
-    return src.split("/")[0] in RUN_DIRS
+    org = src.split("/")[0]
+    return org in RUN_DIRS or Path(org).is_dir() or (checkout is not None and (Path(checkout) / org).is_dir())
 
 
 def checkout_source(src: str, checkout: str | Path) -> str:
@@ -424,10 +426,7 @@ def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | Non
     src = v["source"]
     path = Path(src).expanduser()
     if not path.exists():
-        # an org/name whose org is a folder of the run directory or the checkout names a local folder
-        folder = src.split("/")[0]
-        here = Path(folder).is_dir() or (checkout is not None and (Path(checkout) / folder).is_dir())
-        if is_local_source(src) or here:
+        if is_local_source(src, checkout):
             also = f", then the checkout, here {Path(checkout).resolve()}" if checkout is not None else ""
             raise ConfigError(f"verifier.source: {src!r} does not exist (allowed: 'embedded', a hub id like "
                               "'Qwen/Qwen3-0.6B', or an existing local directory; relative paths are read from "
