@@ -185,6 +185,10 @@ def _check_overrides(cfg: dict, name: str, validator, facts: dict | None) -> Non
         over = entry.get(section)
         if not over:
             continue
+        if section == "drafter" and "draft_vocab_size" in over:
+            raise ConfigError(f"checkpoints.{name}.drafter.draft_vocab_size: the draft vocabulary, and the features "
+                              "read through it, are built once for every checkpoint (allowed: "
+                              "drafter.draft_vocab_size, in a run of its own)")
         if section == "train" and "replicates" in over:
             raise ConfigError(f"checkpoints.{name}.train.replicates: set for every checkpoint at once "
                               "(allowed: train.replicates)")
@@ -571,7 +575,7 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         if i > facts["layers"]:
             raise ConfigError(f"drafter.aux_layer_ids: {i} is beyond the verifier's {facts['layers']} layers "
                               f"(allowed: 0..{facts['layers']}, speculators convention)")
-    if d["draft_vocab_size"] > facts["vocab"]:
+    if d["draft_vocab_size"] != "seen" and d["draft_vocab_size"] > facts["vocab"]:
         raise ConfigError(f"drafter.draft_vocab_size: {d['draft_vocab_size']} exceeds the verifier's vocabulary "
                           f"(allowed: <= {facts['vocab']})")
     m = d.get("mask_token_id")

@@ -352,7 +352,7 @@ def draft_vocab(cfg: StageConfig, verifier: str, train: str, vocab: str, summary
     s = vocab_lib.build_draft_vocab(data_lib.read_jsonl(train), model_config.vocab_size,
                                     cfg["drafter.draft_vocab_size"], always, vocab, summary)
     logger.info(f"draft vocab {s['draft_vocab_size']} of {s['target_vocab_size']}: "
-                f"covers {s['assistant_token_coverage']:.1%} of assistant tokens")
+                f"covers {s['assistant_token_coverage']:.1%} of assistant tokens, {s['unseen_rows']} rows never seen")
 
 
 @stage("extract_hidden_states", ("device", "verifier.dtype", "drafter.aux_layer_ids", "features"),
@@ -394,8 +394,9 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
 
     model = verifier_lib.load_verifier(verifier, "float32", "cpu")
     fields = drafter_fields(cfg, checkpoint, verifier_lib.load_tokenizer(verifier), model.config)
-    dcfg = model_lib.DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"], **fields)
     d2t, t2d = vocab_lib.load_vocab(vocab)
+    fields["draft_vocab_size"] = len(d2t)  # the vocabulary built (drafter.draft_vocab_size may say "seen")
+    dcfg = model_lib.DrafterConfig.from_verifier(model.config, verifier=cfg["verifier.name"], **fields)
     tcfg, autocast = train_config(cfg, checkpoint)
     torch.manual_seed(tcfg.seed)  # the initialisation: a seed replicate draws its own
     drafter = model_lib.Drafter.from_verifier(model, dcfg, d2t, t2d)

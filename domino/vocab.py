@@ -1,5 +1,9 @@
 """Draft vocabulary: the most frequent loss-masked tokens, in the EAGLE/speculators format.
 
+Its size is a number of rows, or ``"seen"``: every token the training answers hold (and the stop
+tokens), so that no row is a class the drafter is never shown. A fixed size larger than that
+keeps rows that are never a target, and the drafter pays for them at every slot.
+
 ``d2t[i] = target_id(i) - i`` (int64, one entry per draft id) and ``t2d`` is a bool mask over
 the target vocabulary. Draft ids are the chosen target ids sorted ascending, so
 ``target_id = i + d2t[i]``.
@@ -22,6 +26,16 @@ def count_tokens(input_ids, loss_masks, target_vocab_size: int) -> torch.Tensor:
         mask = torch.as_tensor(mask, dtype=torch.bool)
         counts += torch.bincount(ids[mask], minlength=target_vocab_size)
     return counts
+
+
+SEEN = "seen"  # drafter.draft_vocab_size: as many rows as the training answers hold distinct tokens
+
+
+def seen_size(counts: torch.Tensor, always=()) -> int:
+    """Rows of a ``"seen"`` draft vocabulary: the tokens counted at least once, and ``always``."""
+    seen = counts > 0
+    seen[list(always)] = True
+    return int(seen.sum())
 
 
 def select_draft_vocab(counts: torch.Tensor, draft_vocab_size: int, always=()) -> torch.Tensor:
@@ -64,18 +78,22 @@ def load_vocab(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     return t["d2t"], t["t2d"]
 
 
-def build_draft_vocab(rows: list[dict], target_vocab_size: int, draft_vocab_size: int, always, vocab_path,
+def build_draft_vocab(rows: list[dict], target_vocab_size: int, draft_vocab_size: int | str, always, vocab_path,
                       summary_path) -> dict:
-    """Count the assistant tokens of ``rows``, keep the most frequent, write the vocab and its summary."""
-    if draft_vocab_size > target_vocab_size:
+    """Count the assistant tokens of ``rows``, keep the most frequent (``draft_vocab_size`` of
+    them, or every one seen), write the vocab and its summary."""
+    if draft_vocab_size != SEEN and draft_vocab_size > target_vocab_size:
         raise ValueError(f"drafter.draft_vocab_size {draft_vocab_size} exceeds the verifier's vocabulary "
                          f"of {target_vocab_size}")
     counts = count_tokens([r["input_ids"] for r in rows], [r["loss_mask"] for r in rows], target_vocab_size)
+    if draft_vocab_size == SEEN:
+        draft_vocab_size = seen_size(counts, always)
     ids = select_draft_vocab(counts, draft_vocab_size, always=always)
     d2t, t2d = mappings(ids, target_vocab_size)
     save_vocab(vocab_path, d2t, t2d, counts)
     summary = {"draft_vocab_size": draft_vocab_size, "target_vocab_size": target_vocab_size,
                "assistant_token_coverage": float(counts[ids].sum() / counts.sum().clamp(min=1)),
-               "seen_tokens": int((counts > 0).sum())}
+               "seen_tokens": int((counts > 0).sum()),
+               "unseen_rows": int((counts[ids] == 0).sum())}
     write_json(summary_path, summary)
     return summary

@@ -318,6 +318,26 @@ def test_a_variant_trained_on_the_verifiers_answers_beside_the_corpus_rows(micro
     assert summaries["domino-regenerated"]["steps"] != summaries["domino"]["steps"]  # other rows to train on
 
 
+def test_a_seen_draft_vocabulary_trains_a_drafter_of_that_many_rows(micro_run, tmp_path):
+    """drafter.draft_vocab_size: seen, edited in a copy of the finished micro run: the draft
+    vocabulary is rebuilt with a row for every answer token and no row never seen, and the
+    trained checkpoint's head has exactly its rows."""
+    import yaml
+
+    run = _copy_run(micro_run, tmp_path / "run")
+    cfg = yaml.safe_load((run / "micro.yaml").read_text())
+    cfg["drafter"]["draft_vocab_size"] = "seen"
+    (run / "micro.yaml").write_text(yaml.safe_dump(cfg))
+    fixed = json.loads((run / "results" / "draft_vocab" / "vocab.json").read_text())
+    run_snakemake(run, "--cores", "1", "results/validate/domino.json", *MICRO)
+    seen = json.loads((run / "results" / "draft_vocab" / "vocab.json").read_text())
+    assert seen["unseen_rows"] == 0 and seen["assistant_token_coverage"] == 1.0
+    assert seen["draft_vocab_size"] == seen["seen_tokens"] == fixed["seen_tokens"] != fixed["draft_vocab_size"]
+    drafter = json.loads((run / "results" / "train" / "domino" / "checkpoint" / "drafter_config.json").read_text())
+    assert drafter["draft_vocab_size"] == seen["draft_vocab_size"]
+    assert json.loads((run / "results" / "validate" / "domino.json").read_text())
+
+
 def test_a_one_key_edit_gives_a_short_reason_naming_the_key(micro_run):
     """Snakemake prints the params that changed; each is one key and its value."""
     import yaml
