@@ -1,4 +1,6 @@
-"""Config validation: the JSON schema (with defaults) plus the checks a schema cannot express.
+"""The config gate: the JSON schema (with defaults) plus the checks a schema cannot express, the
+verifier's offline facts, overlays merged and compared. What every room reads of the config
+without checking a run lives in ``domino.schema`` (keys, defaults) and ``domino.runs`` (names).
 
 ``validate_config`` returns the config with defaults filled in, or raises ``ConfigError``
 with one line that names the key and what is allowed. The Snakefile calls it before any job
@@ -9,25 +11,22 @@ from __future__ import annotations
 
 import argparse
 import copy
-import functools
 import hashlib
 import json
 import math
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 import yaml
 
-SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"  # shipped inside the package
-
+from .runs import LOOKUP, REPLICATE
+from .schema import load_schema
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 # directories of a workflow run: a verifier source that starts with one is a local path
 RUN_DIRS = ("results", "reports", "logs", "benchmarks", "runs", "config")
 SECTIONS = ("seed", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": replicate r >= 1
 # The schema's pattern of every free-text value that reaches the model card (names, license,
 # hardware, datasets, the verifier's source): one line, without the characters that make
 # Markdown or HTML of it (tags, links and images, code, table cells, escapes).
@@ -98,38 +97,6 @@ def _message(err) -> str:
         return f"{key}: {err.instance!r} is not allowed (allowed: multiples of {val})"
     msg = " ".join(err.message.split())
     return f"{key}: {msg} (allowed: what the schema rule {v}={val!r} accepts)"
-
-
-def load_schema(path: str | Path = SCHEMA) -> dict:
-    return yaml.safe_load(Path(path).read_text())
-
-
-@functools.lru_cache(maxsize=1)
-def _shipped_schema() -> dict:
-    return load_schema()
-
-
-def _section_schema(section: str) -> dict:
-    """The shipped schema's node of ``section``, a dotted path (``"train"``, ``"verifier.embedded"``)."""
-    node = _shipped_schema()
-    for part in section.split("."):
-        node = node["properties"][part]
-    return node
-
-
-def section_keys(section: str) -> list[str]:
-    """Every key the schema declares in ``section`` (a dotted path), in the schema's order."""
-    return list(_section_schema(section)["properties"])
-
-
-def section_defaults(section: str) -> dict:
-    """The schema's default of every key of ``section`` that has one (``"train"``, ``"drafter"``,
-    a dotted path such as ``"verifier.embedded"``): what a config that leaves them out is given.
-
-    The schema is the one owner of these values; tests and tools that build a ``TrainConfig`` or
-    a ``DrafterConfig`` without a config file start from here."""
-    return {k: copy.deepcopy(v["default"]) for k, v in _section_schema(section)["properties"].items()
-            if "default" in v}
 
 
 def validate_config(config: dict, schema: dict | None = None, checkout: str | Path | None = None) -> dict:
@@ -620,48 +587,6 @@ def vllm_launcher(python: str, checkout: str | Path) -> str:
             f"{shlex.quote(interpreter_path(python, checkout))} -m domino")
 
 
-def responses_of(cfg: dict, checkpoint: str) -> str:
-    """The answers ``checkpoint`` trains on (``data.responses``, or its entry's override)."""
-    return (cfg["checkpoints"][checkpoint].get("data") or {}).get("responses", cfg["data"]["responses"])
-
-
-def trained_runs(checkpoints, replicates: int) -> list[str]:
-    """Every trained run: the checkpoints in config order (replicate 0, the card's rows), then
-    for r = 1 .. replicates - 1 (``train.replicates``) each checkpoint again as ``<checkpoint>-seed<r>``."""
-    names = list(checkpoints)
-    return names + [f"{name}-seed{r}" for r in range(1, replicates) for name in names]
-
-
-def split_replicate(run: str) -> tuple[str, int]:
-    """``(checkpoint, r)`` of a trained run: ``("domino", 2)`` for ``domino-seed2``, ``("domino", 0)``
-    for ``domino``. Checkpoint names never end in ``-seed<r>`` (refused by the config check)."""
-    m = REPLICATE.fullmatch(run)
-    return (m.group(1), int(m.group(2))) if m else (run, 0)
-
-
-LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram); "ngram-<checkpoint>": the lookup, then that drafter
-
-
-def lookup_runs(cfg: dict) -> list[str]:
-    """The benchmark's runs that need no training of their own (``benchmark.ngram``): the n-gram
-    lookup, then the lookup-then-checkpoint row, each where configured."""
-    return ngram_runs(cfg["benchmark"]["ngram"])
-
-
-def ngram_runs(ng: dict) -> list[str]:
-    """``lookup_runs`` of the ``benchmark.ngram`` section ``ng``."""
-    if not ng["enabled"]:
-        return []
-    return [LOOKUP] + ([f"{LOOKUP}-{ng['then']}"] if ng["then"] else [])
-
-
-def vllm_runs(cfg: dict) -> list[str]:
-    """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm.plugin``) and the
-    n-gram lookup row where the benchmark decodes it (vLLM's ``ngram`` method; the
-    lookup-then-checkpoint row has no vLLM method)."""
-    return ["baseline"] + list(cfg["checkpoints"]) + [r for r in lookup_runs(cfg) if r == LOOKUP]
-
-
 # What an overlay may change in a directory that holds a finished run: it may only add jobs.
 ADDITIVE = ("new checkpoints: entries, a higher train.replicates, new benchmark.temperatures, new benchmark.suites, "
             "the vLLM cross-check switched on (vllm.*, the features extracted by transformers)")
@@ -759,33 +684,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-# -----------------------------------------------------------------------------
-# what the train.noise* keys mean (domino.train.batches draws the noise; the card describes it)
-
-
-class AuxNoise(NamedTuple):
-    """Noise added to the auxiliary states of training rows: ``uniform`` draws from
-    ``[-scale, scale)``, ``gaussian`` from ``N(0, scale^2)``; ``none`` (or scale 0) adds nothing.
-
-    ``dtype`` says where the sum is formed: ``float32`` adds the noise to the states cast to
-    float32; ``storage`` rounds the noise to the features' storage dtype and adds it there, so
-    the noisy states are rounded to that dtype (speculators PR 685 adds its noise after casting
-    the states to bf16, where a step between neighbouring values is 1/16 for 8 <= |x| < 16, so
-    noise of 0.05 leaves most such values unchanged)."""
-
-    kind: str = "none"
-    scale: float = 0.0
-    dtype: str = "float32"
-
-    @property
-    def active(self) -> bool:
-        return self.kind != "none" and self.scale > 0
-
-
-def aux_noise(noise: str, noise_scale: float, noise_dtype: str = "float32") -> AuxNoise:
-    """The noise of training rows from ``train.noise``, ``train.noise_scale`` and ``train.noise_dtype``."""
-    if noise_dtype not in ("float32", "storage"):
-        raise ValueError(f"noise_dtype must be float32 or storage, got {noise_dtype!r}")
-    return AuxNoise(noise, noise_scale if noise != "none" else 0.0, noise_dtype)

@@ -60,9 +60,9 @@ from pathlib import Path
 import torch
 
 from .common import DTYPES
-from .config import section_defaults
 from .io import atomic_dir, load_safetensors, read_json, rebuild_hint, save_safetensors, write_json
 from .model import Drafter, DrafterConfig
+from .schema import section_defaults
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

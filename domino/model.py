@@ -157,7 +157,7 @@ class DrafterConfig:
         """``from_verifier`` with the config schema's drafter defaults under ``fields``: a
         ``DrafterConfig`` for tests and tools (``aux_layer_ids``, ``draft_vocab_size``,
         ``mask_token_id``, ``projector`` and ``shift_label`` have no default and must be given)."""
-        from .config import section_defaults
+        from .schema import section_defaults
 
         return cls.from_verifier(verifier_config, **{**section_defaults("drafter"), **fields})
 

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .config import section_keys, split_replicate
+from .runs import split_replicate
+from .schema import section_keys
 
 if TYPE_CHECKING:
     import torch
@@ -443,7 +444,7 @@ def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, chec
     """Greedy: every task of one suite plain, with each run's drafter and with the n-gram lookup
     rows, back to back in this one job."""
     from .bench import run as bench_lib
-    from .config import LOOKUP, ngram_runs
+    from .runs import LOOKUP, ngram_runs
 
     ngram = cfg.section("benchmark.ngram")
     specs = [bench_lib.LookupSpec(run, ngram["max_n"], ngram["min_n"], ngram["drafts"],
@@ -523,7 +524,7 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
 
 @stage("vllm_benchmark_lookup", _VLLM, {"verifier": "param", "baseline": "input", "ours": "input", "out": "output"})
 def vllm_benchmark_lookup(cfg: StageConfig, verifier: str, baseline: str, ours: str, out: str) -> None:
-    from .config import LOOKUP
+    from .runs import LOOKUP
     from .vllm.backend import run_vllm_benchmark  # vLLM lives in its own environment
 
     # the lookup's settings are those its benchmark row recorded (ours), as are the prompts

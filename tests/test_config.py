@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from domino.config import ConfigError, split_replicate, trained_runs, validate_config
+from domino.config import ConfigError, validate_config
+from domino.runs import split_replicate, trained_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -255,7 +256,7 @@ def test_a_variant_may_override_drafter_and_train_keys():
 
 
 def test_a_variant_may_override_its_answers_and_no_other_data_key():
-    from domino.config import responses_of
+    from domino.runs import responses_of
 
     cfg = copy.deepcopy(DEFAULT)
     cfg["checkpoints"]["domino-regenerated"] = {**cfg["checkpoints"]["domino"], "data": {"responses": "verifier"}}

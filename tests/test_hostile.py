@@ -134,7 +134,8 @@ def _with(dotted, value):
 
 
 def test_every_card_text_key_carries_the_card_text_pattern():
-    from domino.config import CARD_TEXT, load_schema
+    from domino.config import CARD_TEXT
+    from domino.schema import load_schema
 
     schema = load_schema()
     for dotted in CARD_KEYS:

@@ -15,7 +15,8 @@ PKG = ROOT / "domino"
 # the rooms, each a tuple of module-name prefixes: a prefix names that module and every module under it
 ALGORITHM = ("domino.aux", "domino.vocab", "domino.model", "domino.loss", "domino.export", "domino.decode",
              "domino.sampling", "domino.acceptance")
-PLUMBING = ("domino.config", "domino.common", "domino.io", "domino.rundir", "domino.shapes", "domino.stats")
+PLUMBING = ("domino.config", "domino.schema", "domino.runs", "domino.common", "domino.io", "domino.rundir",
+            "domino.shapes", "domino.stats")
 STAGE_LAYER = ("domino.__main__", "domino.stages", "domino.logs")
 STAGE_FOLDERS = ("domino.verifier", "domino.data", "domino.train", "domino.bench", "domino.vllm")
 CARD = ("domino.card",)
@@ -23,7 +24,8 @@ TOOLS = ("domino.tools",)
 ROOMS = (ALGORITHM, PLUMBING, STAGE_LAYER, STAGE_FOLDERS, CARD, TOOLS)
 PIPELINE = ("domino.stages", "domino.__main__", "domino.card", "domino.tools")
 # what the card may import from the package besides itself: plumbing that reads files and numbers
-CARD_MAY_IMPORT = ("domino.acceptance", "domino.common", "domino.config", "domino.io", "domino.stats")
+CARD_MAY_IMPORT = ("domino.acceptance", "domino.common", "domino.config", "domino.io", "domino.runs", "domino.schema",
+                   "domino.stats")
 
 
 def within(module: str, prefixes: tuple[str, ...]) -> bool:

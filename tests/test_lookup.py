@@ -7,7 +7,8 @@ import pytest
 
 from conftest import load_config_files as load
 from domino.card import report
-from domino.config import ConfigError, lookup_runs, validate_config
+from domino.config import ConfigError, validate_config
+from domino.runs import lookup_runs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 

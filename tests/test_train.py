@@ -9,8 +9,8 @@ import torch
 
 import domino.train.loop as T
 from conftest import SlotOracle, synthetic_features, tiny_drafter, tiny_verifier, two_doc_features
-from domino.config import AuxNoise
 from domino.model import Drafter
+from domino.schema import AuxNoise
 from domino.train.batches import PackedRows, draw_aux_noise, keyed_generator, slot_targets, valid_anchor_mask
 from domino.train.loop import Interrupted, TrainConfig, train, validate
 from domino.train.optim import build_optimizers, muon_parameter_names

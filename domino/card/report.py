@@ -13,7 +13,9 @@ from importlib import metadata
 from pathlib import Path
 
 from ..common import hardware
-from ..config import HUB_ID, aux_noise, config_sha256, lookup_runs, responses_of, trained_runs, vllm_runs
+from ..config import HUB_ID, config_sha256
+from ..runs import lookup_runs, responses_of, trained_runs, vllm_runs
+from ..schema import aux_noise
 from . import published
 from .filters import PerCheckpoint
 from .paths import KIND_KEYS, CardPaths, data_size_points
@@ -152,7 +154,7 @@ def precision_text(train: dict) -> str:
 
 
 def noise_text(train: dict, storage_dtype: str | None = None) -> str:
-    """The training noise in words (``domino.config.aux_noise`` reads the config keys); with
+    """The training noise in words (``domino.schema.aux_noise`` reads the config keys); with
     ``storage_dtype`` (features.dtype) also the dtype it is added in (``train.noise_dtype``)."""
     noise = aux_noise(train["noise"], train["noise_scale"], train["noise_dtype"])
     words = {"none": "none",

@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from .. import io
-from ..config import split_replicate, trained_runs
 from ..io import read_json
+from ..runs import split_replicate, trained_runs
 from .published import CHECKPOINTS
 
 SCHEMAS = Path(__file__).resolve().parent / "results_schemas.yaml"  # shipped inside the package
@@ -151,7 +151,7 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
     1 .. N-1, ``results/benchmark/humaneval/{checkpoint}-seed{r}.json``, go under ``"replicates"``
     (replicate 0 is the checkpoint's own file, under ``"benchmark"``). ``regenerated``
     (``data.responses: verifier``): the regenerate stage's summaries go under ``"regenerate"``, by
-    split. ``lookups`` (``domino.config.lookup_runs``): the n-gram lookup rows' greedy results of
+    split. ``lookups`` (``domino.runs.lookup_runs``): the n-gram lookup rows' greedy results of
     every suite, under ``"lookup"`` by suite and run. ``"temperatures"`` and ``"replicate_count"``
     say what was asked for."""
     if MAIN_SUITE not in suites:

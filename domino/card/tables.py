@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..acceptance import steps_accepting
-from ..config import split_replicate, trained_runs
+from ..runs import split_replicate, trained_runs
 from ..stats import (
     LEVEL,
     acceptance_length_difference,
@@ -328,7 +328,7 @@ def replicate_summary(benches: dict[str, dict], checkpoints: list[str], replicat
     and which orderings between checkpoints hold in every replicate.
 
     ``benches``: benchmark results by run name (replicate r >= 1 of checkpoint c is ``c-seed<r>``,
-    ``domino.config.trained_runs``); ``pairs``: the checkpoint pairs to order (default: every pair
+    ``domino.runs.trained_runs``); ``pairs``: the checkpoint pairs to order (default: every pair
     of ``checkpoints``, in list order)."""
     values = _replicate_values(benches, checkpoints, replicates)
     rows = [ReplicateRow(c, *(spread(values[c][m]) for m in REPLICATE_METRICS)) for c in checkpoints]

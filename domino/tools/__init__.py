@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from ..config import section_defaults
+from ..schema import section_defaults
 
 if TYPE_CHECKING:
     from transformers import Qwen3Config

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from ..bench.run import BenchmarkConfig, run_benchmark
 from ..bench.timing import PLAIN
-from ..config import load_config, trained_runs
+from ..config import load_config
 from ..io import write_json
+from ..runs import trained_runs
 from . import tool_parser
 
 

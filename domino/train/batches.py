@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import AuxNoise
+from ..schema import AuxNoise
 
 # train.loss_mask_at: the offset, from a block slot's input position a+k, of the position whose
 # loss mask gates the slot; the anchor (slot 0, input a) is valid where that position is an

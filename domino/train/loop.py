@@ -30,7 +30,6 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ..aux import FINAL_NORMS, decoder_parts
-from ..config import AuxNoise, aux_noise
 from ..io import atomic_path, write_json, write_jsonl
 from ..loss import (
     curriculum_loss,
@@ -43,6 +42,7 @@ from ..loss import (
     slot_weights,
     weighted_terms,
 )
+from ..schema import AuxNoise, aux_noise
 from .batches import (
     PackedRows,
     SeedStream,
@@ -75,9 +75,9 @@ class TrainConfig:
     anchors_per_row: int
     pack_len: int
     rows_per_step: int
-    noise: str  # see domino.config.AuxNoise
+    noise: str  # see domino.schema.AuxNoise
     noise_scale: float  # uniform half-width or Gaussian std (PR 685: uniform, 0.05)
-    noise_dtype: str  # "float32" | "storage": where the noise is added (domino.config.AuxNoise)
+    noise_dtype: str  # "float32" | "storage": where the noise is added (domino.schema.AuxNoise)
     loss_mask_at: str  # "target" | "input": whose loss mask gates slots and anchors (domino.train.batches.LOSS_MASK_AT)
     loss: str  # "ce" | "kl_div": the per-slot loss (domino.loss.LOSSES); kl_div needs a VerifierHead
     loss_cut: str  # "none" | "first_wrong": slots after a block's first wrong draft leave the loss (domino.loss.LOSS_CUTS)
@@ -110,7 +110,7 @@ class TrainConfig:
     @classmethod
     def schema_defaults(cls, *, seed: int = 0, weighting: str = "shifted", **overrides) -> "TrainConfig":
         """The config schema's defaults with ``overrides``: a ``TrainConfig`` for tests and tools."""
-        from ..config import section_defaults
+        from ..schema import section_defaults
 
         return cls.from_section({**section_defaults("train"), **overrides}, seed=seed, weighting=weighting)
 

@@ -37,11 +37,11 @@ from ..acceptance import acceptance_from_counts, acceptance_summary, position_co
 from ..bench.run import BenchmarkError
 from ..bench.timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
 from ..common import hardware
-from ..config import LOOKUP
 from ..data.features import shard_tensors
 from ..decode import DecodeResult, NeuralDraft, NgramDraft, decode
 from ..io import read_json, write_json
 from ..model import Drafter
+from ..runs import LOOKUP
 from ..stats import RESAMPLES, paired_rate_ratio
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 

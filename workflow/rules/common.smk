@@ -6,8 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from domino.config import (ConfigError, folder_digests, lookup_runs, responses_of, split_replicate,
-                           temporary_folder_problem, trained_runs, validate_config, vllm_launcher, vllm_runs)
+from domino.config import ConfigError, folder_digests, temporary_folder_problem, validate_config, vllm_launcher
+from domino.runs import lookup_runs, responses_of, split_replicate, trained_runs, vllm_runs
 from domino.logs import job_error_lines
 from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config

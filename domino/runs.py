@@ -1,0 +1,51 @@
+"""A run's names, read by the workflow, the stages and the card: the trained runs (each
+checkpoint and its seed replicates), the n-gram lookup rows, what vLLM serves, and the answers a
+checkpoint trains on."""
+
+from __future__ import annotations
+
+import re
+
+REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": replicate r >= 1
+
+
+def responses_of(cfg: dict, checkpoint: str) -> str:
+    """The answers ``checkpoint`` trains on (``data.responses``, or its entry's override)."""
+    return (cfg["checkpoints"][checkpoint].get("data") or {}).get("responses", cfg["data"]["responses"])
+
+
+def trained_runs(checkpoints, replicates: int) -> list[str]:
+    """Every trained run: the checkpoints in config order (replicate 0, the card's rows), then
+    for r = 1 .. replicates - 1 (``train.replicates``) each checkpoint again as ``<checkpoint>-seed<r>``."""
+    names = list(checkpoints)
+    return names + [f"{name}-seed{r}" for r in range(1, replicates) for name in names]
+
+
+def split_replicate(run: str) -> tuple[str, int]:
+    """``(checkpoint, r)`` of a trained run: ``("domino", 2)`` for ``domino-seed2``, ``("domino", 0)``
+    for ``domino``. Checkpoint names never end in ``-seed<r>`` (refused by the config check)."""
+    m = REPLICATE.fullmatch(run)
+    return (m.group(1), int(m.group(2))) if m else (run, 0)
+
+
+LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram); "ngram-<checkpoint>": the lookup, then that drafter
+
+
+def lookup_runs(cfg: dict) -> list[str]:
+    """The benchmark's runs that need no training of their own (``benchmark.ngram``): the n-gram
+    lookup, then the lookup-then-checkpoint row, each where configured."""
+    return ngram_runs(cfg["benchmark"]["ngram"])
+
+
+def ngram_runs(ng: dict) -> list[str]:
+    """``lookup_runs`` of the ``benchmark.ngram`` section ``ng``."""
+    if not ng["enabled"]:
+        return []
+    return [LOOKUP] + ([f"{LOOKUP}-{ng['then']}"] if ng["then"] else [])
+
+
+def vllm_runs(cfg: dict) -> list[str]:
+    """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm.plugin``) and the
+    n-gram lookup row where the benchmark decodes it (vLLM's ``ngram`` method; the
+    lookup-then-checkpoint row has no vLLM method)."""
+    return ["baseline"] + list(cfg["checkpoints"]) + [r for r in lookup_runs(cfg) if r == LOOKUP]
