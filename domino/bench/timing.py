@@ -7,17 +7,32 @@ after one untimed warm-up per decoder (``untimed_tokens``). ``paired_decodes`` d
 the benchmark (``domino.bench.run``), the vLLM cross-check (``domino.vllm.backend``) and the tools
 (``domino/tools``) time through it. What the timings are turned into (summaries, intervals)
 lives with each of them.
+
+A ``Journal`` keeps each prompt's decodes as the prompt finishes, so a stopped job resumes at the
+prompts it lacks. A prompt's pair stays a pair of one moment; prompts timed before and after a
+stop are different moments, as two prompts always are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import hashlib
+import json
+import logging
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from tqdm import tqdm
 
+from ..common import busy_cpu_seconds
 from ..decode import DecodeResult
+from ..io import atomic_path
+
+logger = logging.getLogger(__name__)
 
 TIMING = ("paired: every decoder on each prompt back to back, the order rotated cyclically from one prompt to the "
           "next, garbage collection off while a decode is timed, one untimed warm-up of a full block per decoder")
@@ -76,9 +91,14 @@ class PromptTiming:
 
 @dataclass
 class PromptDecodes:
-    """One prompt decoded by every decoder of the job, in ``order``, back to back."""
+    """One prompt decoded by every decoder of the job, in ``order``, back to back; the CPU seconds
+    other processes were busy meanwhile (None where unknown) and the wall seconds it took, and
+    whether an earlier process of the job decoded it (``Journal``)."""
     results: dict[str, DecodeResult]
     order: tuple[str, ...]
+    other_cpu_seconds: float | None = None
+    wall_seconds: float = 0.0
+    resumed: bool = False
 
     def timing(self, run: str) -> PromptTiming:
         """The pair of this prompt that run ``run`` is measured by (plain alone for the baseline)."""
@@ -89,18 +109,86 @@ class PromptDecodes:
         return PromptTiming(self.results[PLAIN], self.results[run], plain_at < at, at, plain_at)
 
 
+class Journal:
+    """The decodes of a job kept on disk, one line per prompt as it finishes (appended, flushed and
+    synced), so that a stopped job, started again, reads back the prompts it decoded and decodes
+    only the rest.
+
+    ``key`` stands for everything that decides the decodes (the job's settings, its decoders and
+    the weights they load); a line is read back only for the same key, the same prompt ids and the
+    same token budget. Lines of another key, and a line cut by the stop, are passed over; a file
+    with no line to read back starts again empty. ``close`` deletes the file once the job's
+    results are written."""
+
+    def __init__(self, path: str | Path, key: str):
+        self.path, self.key, self.kept = Path(path), key, {}
+        self.digest = hashlib.sha256(key.encode()).hexdigest()
+        text = self.path.read_text() if self.path.exists() else ""
+        good = []
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+                if row["key"] != self.digest:
+                    continue  # decoded with other settings, decoders or weights
+                self.kept[row["prompt"]] = PromptDecodes(
+                    {name: DecodeResult(**r) for name, r in row["results"].items()}, tuple(row["order"]),
+                    row["other_cpu_seconds"], row["wall_seconds"], resumed=True)
+                good.append(line)
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by the stop, or one of another layout
+        if text and not self.kept:
+            self.path.unlink()
+        elif text != "".join(f"{line}\n" for line in good):  # what is appended starts on a line of its own
+            with atomic_path(self.path) as tmp:
+                tmp.write_text("".join(f"{line}\n" for line in good))
+
+    def prompt_key(self, ids: list[int], max_new_tokens: int) -> str:
+        return hashlib.sha256(json.dumps([self.key, list(ids), max_new_tokens]).encode()).hexdigest()
+
+    def get(self, ids: list[int], max_new_tokens: int) -> PromptDecodes | None:
+        return self.kept.get(self.prompt_key(ids, max_new_tokens))
+
+    def add(self, ids: list[int], max_new_tokens: int, decodes: PromptDecodes) -> None:
+        row = {"key": self.digest, "prompt": self.prompt_key(ids, max_new_tokens), "order": list(decodes.order),
+               "results": {name: dataclasses.asdict(r) for name, r in decodes.results.items()},
+               "other_cpu_seconds": decodes.other_cpu_seconds, "wall_seconds": decodes.wall_seconds}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
 def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_tokens: int, warm_tokens: int,
-                   desc: str = "paired decodes") -> list[PromptDecodes]:
+                   desc: str = "paired decodes", journal: Journal | None = None) -> list[PromptDecodes]:
     """Every prompt decoded by every decoder of ``runs`` (name -> decode) back to back, in the
     cyclic order of ``rotation``, each decode ``timed``. First one untimed warm-up per decoder on
     the first prompt, ``warm_tokens`` long (``untimed_tokens``), so that allocator, kernel and
-    thread-pool start-up land on no timed prompt."""
-    for warm_up in runs.values():
-        warm_up(0, prompts[0], warm_tokens)
+    thread-pool start-up land on no timed prompt. With a ``journal``, a prompt it kept is read
+    back instead of decoded (warm-ups run only where something is left to decode)."""
+    kept = [journal.get(ids, max_new_tokens) if journal else None for ids in prompts]
+    if any(k is None for k in kept):
+        for warm_up in runs.values():
+            warm_up(0, prompts[0], warm_tokens)
+    if journal and any(k is not None for k in kept):
+        logger.info("%s: %d of %d prompts read back from %s, decoded before a stop", desc,
+                    sum(k is not None for k in kept), len(prompts), journal.path)
     names, out = tuple(runs), []
     for i, ids in enumerate(tqdm(prompts, desc=desc, mininterval=5)):
+        if kept[i] is not None:
+            out.append(kept[i])
+            continue
         order = rotation(names, i)
-        out.append(PromptDecodes({name: timed(runs[name], i, ids, max_new_tokens) for name in order}, order))
+        busy0, own0, wall0 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
+        results = {name: timed(runs[name], i, ids, max_new_tokens) for name in order}
+        busy, wall = busy_cpu_seconds(), time.perf_counter() - wall0
+        other = None if busy is None or busy0 is None else max(0.0, busy - busy0 - (time.process_time() - own0))
+        out.append(PromptDecodes(results, order, other, wall))
+        if journal:
+            journal.add(ids, max_new_tokens, out[-1])
     return out
 
 
