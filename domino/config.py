@@ -240,6 +240,31 @@ def folder_digests(folder: str | Path, cache: str | Path | None = None) -> dict:
 # The least free space in the temporary folder that a run starts with: Snakemake's scheduler
 # writes its job-selection problem there before any job (pulp's MPS file), and fails with a
 # traceback on a full one.
+def hub_problem(src: str, timeout: float = 10.0) -> str | None:
+    """Why a hub id ``verifier.source`` cannot be loaded, in one line, or None: found in the Hugging
+    Face cache (its ``config.json``), or on a hub that answers. Checked as a run starts (not by a dry
+    run, which needs no network); a folder or a built-in source is not a hub id and is never asked
+    for here."""
+    import huggingface_hub as hub
+    from huggingface_hub.utils import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(hub.try_to_load_from_cache(src, "config.json"), str):
+        return None
+    where = f"not a folder, and not in the Hugging Face cache ({hub.constants.HF_HUB_CACHE})"
+    if hub.constants.HF_HUB_OFFLINE:
+        return f"verifier.source: {src!r} is {where}, and HF_HUB_OFFLINE is set (allowed: a folder, or a hub id " \
+               "downloaded first: hf download " + src + ")"
+    try:
+        hub.HfApi().model_info(src, timeout=timeout)
+    except (RepositoryNotFoundError, GatedRepoError) as err:
+        return f"verifier.source: {src!r} is {where}, and the hub has no such model you may read " \
+               f"({type(err).__name__}) (allowed: a folder, or a hub id you can download)"
+    except Exception as err:  # no network, a proxy, a timeout: the hub did not answer
+        return f"verifier.source: {src!r} is {where}, and the hub ({hub.constants.ENDPOINT}) could not be reached " \
+               f"({type(err).__name__}) (allowed: a folder, or a hub id downloaded first: hf download {src})"
+    return None
+
+
 TMP_MIN_FREE = 64 * 2**20
 
 

@@ -6,7 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from domino.config import ConfigError, folder_digests, temporary_folder_problem, validate_config, vllm_launcher
+from domino.config import (ConfigError, folder_digests, hub_problem, temporary_folder_problem, validate_config,
+                           vllm_launcher)
 from domino.runs import lookup_runs, responses_of, split_replicate, trained_runs, vllm_runs
 from domino.logs import job_error_lines
 from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
@@ -162,10 +163,14 @@ if _removed:
 
 
 # A run (not a dry run: onstart runs only before jobs) whose temporary folder is full stops here
-# in one line naming it, where Snakemake's scheduler would fail with a traceback writing there.
+# in one line naming it, where Snakemake's scheduler would fail with a traceback writing there;
+# so does one whose verifier is a hub id neither cached nor on a hub that answers (a dry run
+# needs no network, so it is not asked).
 onstart:
     if temporary_folder_problem():
         sys.exit(f"error: {temporary_folder_problem()}")
+    if not (EMBEDDED or GGUF or LOCAL_VERIFIER) and hub_problem(VERIFIER):
+        sys.exit(f"config error: {hub_problem(VERIFIER)}")
     record_start(RUN_OVERLAYS)
 
 
