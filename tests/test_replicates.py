@@ -16,7 +16,8 @@ from fixtures.make_results import write_replicates
 N = 3
 REPLICATE_HEADER = ("| Checkpoint | Accept len per replicate | Accept len mean | Accept len spread | "
                     "Speedup per replicate | Speedup mean | Speedup spread |")
-ORDERING_LINE = re.compile(r"- (.+) > (.+) in (acceptance length|speedup): (\d+) of (\d+) replicates "
+ORDERING_LINE = re.compile(r"- (.+) > (.+) in (acceptance length|speedup|teacher-forced acceptance length): (\d+) of "
+                           r"(\d+) replicates "
                            r"\((holds in every replicate|not in replicates? ([\d, ]+))\)\.")
 
 
@@ -102,8 +103,11 @@ def replicate_card(replicate_results, tmp_path_factory):
 
 
 def file_values(root, ckpt: str, key: str) -> list[float]:
-    """``summary[key]`` of replicates 0 .. N-1, read straight from the results files."""
+    """``summary[key]`` of replicates 0 .. N-1, read straight from the results files (the validate
+    files' counted acceptance length for ``teacher_forced``)."""
     names = [ckpt] + [f"{ckpt}-seed{r}" for r in range(1, N)]
+    if key == "teacher_forced":
+        return [json.loads((root / "validate" / f"{n}.json").read_text())["acceptance_length"]["final"] for n in names]
     return [json.loads((root / "benchmark" / "humaneval" / f"{n}.json").read_text())["summary"][key] for n in names]
 
 
@@ -129,12 +133,44 @@ def test_section_table_matches_the_files(replicate_card, replicate_results):
             check_num(m[3], max(values), decimals, suffix)
 
 
+TEACHER_FORCED_HEADER = "| Checkpoint | Teacher-forced accept len per replicate | Mean | Spread |"
+
+
+def test_teacher_forced_table_matches_the_validate_files(replicate_card, replicate_results):
+    rows = {r[0]: r[1:] for r in table(replicate_card, TEACHER_FORCED_HEADER)}
+    assert list(rows) == [LABELS[c] for c in CKPTS]
+    for ckpt in CKPTS:
+        values, row = file_values(replicate_results, ckpt, "teacher_forced"), rows[LABELS[ckpt]]
+        assert len(set(values)) == N  # the fixtures move it replicate by replicate
+        for cell, x in zip(row[0].split(", "), values, strict=True):
+            check_num(cell, x, 3)
+        check_num(row[1], statistics.mean(values), 3)
+        m = re.fullmatch(r"SD (\S+), (\S+)–(\S+)", row[2])
+        check_num(m[1], statistics.stdev(values), 3)
+        check_num(m[2], min(values), 3)
+        check_num(m[3], max(values), 3)
+
+
+def test_replicate_summary_with_validation_counts_its_teacher_forced_spread():
+    validates = {run: {"acceptance_length": {"final": al}} for run, al in (
+        ("domino", 1.9), ("domino-seed1", 2.1), ("domino-seed2", 2.0),
+        ("dflash-noshift", 1.7), ("dflash-noshift-seed1", 2.2), ("dflash-noshift-seed2", 1.6),
+        ("dflash-shift", 1.1), ("dflash-shift-seed1", 1.1), ("dflash-shift-seed2", 1.1))}
+    s = replicate_summary(HAND, CKPTS, N, pairs=[("domino", "dflash-noshift")], validates=validates)
+    dom = {r.checkpoint: r for r in s.rows}["domino"]
+    assert dom.teacher_forced.values == (1.9, 2.1, 2.0) and dom.teacher_forced.sd == pytest.approx(0.1)
+    assert s.orderings[-1] == Ordering("domino", "dflash-noshift", "teacher_forced_acceptance_length", N, (1,))
+    with pytest.raises(ValueError, match="no validation results for run 'domino-seed2'"):
+        replicate_summary(HAND, CKPTS, N, validates={k: v for k, v in validates.items() if k != "domino-seed2"})
+
+
 def test_orderings_match_the_files(replicate_card, replicate_results):
     by_label = {LABELS[c]: c for c in CKPTS}
-    words = {"acceptance length": "acceptance_length", "speedup": "speedup"}
+    words = {"acceptance length": "acceptance_length", "speedup": "speedup",
+             "teacher-forced acceptance length": "teacher_forced"}
     section = replicate_card.split("## Seed replicates")[1].split("\n## ")[0]
     lines = [line for line in section.splitlines() if line.startswith("- ")]
-    assert len(lines) == 2 * 3  # three pairs of the card's rows, two figures each
+    assert len(lines) == 3 * 3  # three pairs of the card's rows, three figures each
     every = 0
     for line in lines:
         m = ORDERING_LINE.fullmatch(line)

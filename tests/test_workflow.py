@@ -46,7 +46,7 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
 
 @pytest.mark.parametrize("overlay,added", [
     ("config/sampling.yaml", {"sampling": 2}),  # one job per T > 0: 0.6 and 1.0
-    ("config/replicates.yaml", {"train": 6}),   # two more trainings per checkpoint, the same benchmark job
+    ("config/replicates.yaml", {"train": 6, "validate": 6}),  # two more trainings and validations per checkpoint
 ])
 def test_dry_run_of_an_overlay(overlay, added, tmp_path):
     repo = copy_repo(tmp_path)
@@ -56,7 +56,7 @@ def test_dry_run_of_an_overlay(overlay, added, tmp_path):
     if "replicates" in overlay:  # the benchmark job decodes all nine trained runs beside plain greedy
         text = out.stdout + out.stderr
         assert "--runs dflash-shift dflash-noshift domino dflash-shift-seed1" in text
-        assert "results/benchmark/humaneval/domino-seed2.json" in text and "results/validate/domino-seed1.json" not in text
+        assert "results/benchmark/humaneval/domino-seed2.json" in text and "results/validate/domino-seed1.json" in text
 
 
 def test_micro_run_outputs(micro_run):
@@ -187,9 +187,9 @@ def test_editing_one_variant_reruns_only_its_jobs(micro_run):
 
 def test_more_seed_replicates_train_only_the_new_ones(micro_run):
     """train.replicates 1 -> 3 on a finished run: six new trainings (two per checkpoint), the
-    benchmark job (which decodes every run side by side) and the report; nothing retrains."""
+    validations, the benchmark job (which decodes every run side by side) and the report; nothing retrains."""
     jobs = _edit(micro_run, "train:\n  replicates: 3\n")
-    assert jobs == {"train": 6, "benchmark": 1, "report": 1}, jobs
+    assert jobs == {"train": 6, "validate": 6, "benchmark": 1, "report": 1}, jobs
 
 
 def test_a_run_with_other_overlays_is_refused_in_this_directory(micro_run):
@@ -239,7 +239,7 @@ def _readme_overlay_line(overlay):
     # the card's three rows on the verifier's answers: one regenerate, vocabulary and extraction per split
     ("config/regenerated-rows.yaml", {"train": 3, "validate": 3, "benchmark": 1, "report": 1, "regenerate": 2,
                                       "draft_vocab_responses": 1, "extract_hidden_states_responses": 2}),
-    ("config/replicates.yaml", {"train": 6, "benchmark": 1, "report": 1}),  # two more seeds per checkpoint
+    ("config/replicates.yaml", {"train": 6, "validate": 6, "benchmark": 1, "report": 1}),  # two more seeds each
     ("config/mt-bench.yaml", {"benchmark": 1, "report": 1}),  # MT-Bench's job; HumanEval's stays
 ])
 def test_the_readme_overlays_add_only_their_jobs_to_a_finished_run(micro_run, overlay, added):

@@ -26,6 +26,7 @@ from .published import CHECKPOINTS, FIGURES as SEED_CARD, LABELS, NAME as SEED_N
 from .results import MAIN_SUITE
 from .scale import ScaleStatement
 from .tables import (
+    TEACHER_FORCED,
     Estimate,
     category_rows,
     compare,
@@ -350,7 +351,8 @@ def _tf_table(rows: list[dict]) -> list[dict]:
             for i in range(depth)]
 
 
-REPLICATE_METRIC_WORDS = {"acceptance_length": "acceptance length", "speedup": "speedup"}
+REPLICATE_METRIC_WORDS = {"acceptance_length": "acceptance length", "speedup": "speedup",
+                          TEACHER_FORCED: "teacher-forced acceptance length"}
 
 
 def _replicate_section(res: dict, order: list[str], replicates: int) -> dict | None:
@@ -362,13 +364,14 @@ def _replicate_section(res: dict, order: list[str], replicates: int) -> dict | N
     main = list(dict.fromkeys(("domino", COMPARE_TO, *CHECKPOINTS)))
     pairs = [(a, b) for i, a in enumerate(main) for b in main[i + 1:]]
     pairs += [("domino", c) for c in order[len(CHECKPOINTS):]]
-    summary = replicate_summary({**res["benchmark"], **res["replicates"]}, order, replicates, pairs)
+    summary = replicate_summary({**res["benchmark"], **res["replicates"]}, order, replicates, pairs,
+                                {**res["validate"], **res["replicate_validate"]})
     orderings = [{"higher": LABELS.get(o.higher, o.higher), "lower": LABELS.get(o.lower, o.lower),
                   "metric": REPLICATE_METRIC_WORDS[o.metric], "holds": o.holds, "every": o.in_every_replicate,
                   "fails": list(o.fails)} for o in summary.orderings]
     return {"n": replicates, "orderings": orderings, "every": sum(o["every"] for o in orderings),
             "rows": [{"label": LABELS.get(r.checkpoint, r.checkpoint), "al": r.acceptance_length,
-                      "speedup": r.speedup} for r in summary.rows]}
+                      "speedup": r.speedup, "teacher_forced": r.teacher_forced} for r in summary.rows]}
 
 
 def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None = None) -> dict:

@@ -118,20 +118,22 @@ def benchmark_path(root: Path, suite: str, run: str, temperature: float = 0) -> 
     return folder / suite / f"{run}.json"
 
 
-def _read_replicates(root: Path, checkpoints, replicates: int) -> dict:
-    """Benchmark results of seed replicates 1 .. N-1 (runs ``<checkpoint>-seed<r>``), by run name."""
+def _read_replicates(root: Path, checkpoints, replicates: int) -> tuple[dict, dict]:
+    """Benchmark and validate results of seed replicates 1 .. N-1 (runs ``<checkpoint>-seed<r>``),
+    each by run name."""
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
         raise ValueError(f"replicates must be a whole number >= 1, got {replicates!r}")
-    out = {}
+    benches, validates = {}, {}
     for run in trained_runs(checkpoints, replicates):
         ckpt, r = split_replicate(run)
         if r == 0:
             continue
         try:
-            out[run] = read_benchmark(benchmark_path(root, MAIN_SUITE, run))
+            benches[run] = read_benchmark(benchmark_path(root, MAIN_SUITE, run))
+            validates[run] = _read(root / "validate" / f"{run}.json", "validate")
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{err} (seed replicate {r} of {ckpt}; train.replicates = {replicates})") from None
-    return out
+    return benches, validates
 
 
 def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
@@ -149,7 +151,9 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
     ``"suites"`` by suite, and sampling's under ``"sampling"`` by temperature and suite.
     ``replicates`` (``train.replicates``): for N > 1 HumanEval's benchmark results of replicates
     1 .. N-1, ``results/benchmark/humaneval/{checkpoint}-seed{r}.json``, go under ``"replicates"``
-    (replicate 0 is the checkpoint's own file, under ``"benchmark"``). ``regenerated``
+    and their validate results, ``results/validate/{checkpoint}-seed{r}.json``, under
+    ``"replicate_validate"`` (replicate 0 is the checkpoint's own file, under ``"benchmark"`` and
+    ``"validate"``). ``regenerated``
     (``data.responses: verifier``): the regenerate stage's summaries go under ``"regenerate"``, by
     split. ``lookups`` (``domino.runs.lookup_runs``): the n-gram lookup rows' greedy results of
     every suite, under ``"lookup"`` by suite and run. ``"temperatures"`` and ``"replicate_count"``
@@ -161,8 +165,9 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
            "regenerate": {split: _read(root / "regenerate" / f"{split}.json", "regenerate")
                           for split in ("train", "val")} if regenerated else {},
            "validate": {}, "benchmark": {}, "metrics": {}, "train_summary": {}, "drafter_config": {}, "vllm": {},
-           "sampling": {}, "suites": {}, "replicates": _read_replicates(root, checkpoints, replicates), "lookup": {},
-           "temperatures": list(temperatures), "replicate_count": replicates}
+           "sampling": {}, "suites": {}, "lookup": {}, "temperatures": list(temperatures),
+           "replicate_count": replicates}
+    out["replicates"], out["replicate_validate"] = _read_replicates(root, checkpoints, replicates)
     metric_keys = tuple(schemas()["train_metrics"]["required"])
     for ckpt in checkpoints:
         out["validate"][ckpt] = _read(root / "validate" / f"{ckpt}.json", "validate")

@@ -261,6 +261,8 @@ def teacher_forced_vs_served(validate: dict, bench: dict, served: list[Estimate 
 # ---------------------------------------------------------------- seed replicates
 
 REPLICATE_METRICS = ("acceptance_length", "speedup")  # summary keys the replicate table reads
+# each replicate's validate file: acceptance_length.final, counted per anchor on the validation split
+TEACHER_FORCED = "teacher_forced_acceptance_length"
 
 
 class Spread(NamedTuple):
@@ -282,6 +284,7 @@ class ReplicateRow(NamedTuple):
     checkpoint: str
     acceptance_length: Spread  # pooled acceptance length of each replicate
     speedup: Spread            # paired speedup over plain decoding of each replicate
+    teacher_forced: Spread | None = None  # counted teacher-forced acceptance length of each replicate
 
 
 @dataclass(frozen=True)
@@ -290,7 +293,7 @@ class Ordering:
     checked replicate by replicate (replicate r of one against replicate r of the other)."""
     higher: str
     lower: str
-    metric: str                # a REPLICATE_METRICS key
+    metric: str                # a REPLICATE_METRICS key, or TEACHER_FORCED
     replicates: int
     fails: tuple[int, ...]     # replicates where higher <= lower
 
@@ -309,34 +312,43 @@ class ReplicateSummary(NamedTuple):
     orderings: list[Ordering]  # per pair, acceptance length then speedup
 
 
-def _replicate_values(benches: dict[str, dict], checkpoints: list[str], replicates: int) -> dict:
+def _replicate_values(benches: dict[str, dict], checkpoints: list[str], replicates: int,
+                      validates: dict[str, dict] | None = None) -> dict:
     """{checkpoint: {metric: [value of replicate 0, 1, ...]}} from the runs ``trained_runs`` names."""
     runs = trained_runs(checkpoints, replicates)
-    out = {c: {m: [None] * replicates for m in REPLICATE_METRICS} for c in checkpoints}
+    metrics = REPLICATE_METRICS + ((TEACHER_FORCED,) if validates is not None else ())
+    out = {c: {m: [None] * replicates for m in metrics} for c in checkpoints}
     for run in runs:
         if run not in benches:
             raise ValueError(f"seed replicates: no benchmark results for run {run!r}")
         ckpt, r = split_replicate(run)
         for m in REPLICATE_METRICS:
             out[ckpt][m][r] = float(benches[run]["summary"][m])
+        if validates is not None:
+            if run not in validates:
+                raise ValueError(f"seed replicates: no validation results for run {run!r}")
+            out[ckpt][TEACHER_FORCED][r] = float(validates[run]["acceptance_length"]["final"])
     return out
 
 
 def replicate_summary(benches: dict[str, dict], checkpoints: list[str], replicates: int,
-                      pairs: list[tuple[str, str]] | None = None) -> ReplicateSummary:
-    """Mean and spread across seed replicates of each checkpoint's acceptance length and speedup,
-    and which orderings between checkpoints hold in every replicate.
+                      pairs: list[tuple[str, str]] | None = None,
+                      validates: dict[str, dict] | None = None) -> ReplicateSummary:
+    """Mean and spread across seed replicates of each checkpoint's acceptance length and speedup
+    (and, given ``validates``, its teacher-forced acceptance length), and which orderings between
+    checkpoints hold in every replicate.
 
     ``benches``: benchmark results by run name (replicate r >= 1 of checkpoint c is ``c-seed<r>``,
-    ``domino.runs.trained_runs``); ``pairs``: the checkpoint pairs to order (default: every pair
-    of ``checkpoints``, in list order)."""
-    values = _replicate_values(benches, checkpoints, replicates)
-    rows = [ReplicateRow(c, *(spread(values[c][m]) for m in REPLICATE_METRICS)) for c in checkpoints]
+    ``domino.runs.trained_runs``); ``validates``: validate results by the same run names;
+    ``pairs``: the checkpoint pairs to order (default: every pair of ``checkpoints``, in list order)."""
+    values = _replicate_values(benches, checkpoints, replicates, validates)
+    metrics = list(values[checkpoints[0]]) if checkpoints else list(REPLICATE_METRICS)
+    rows = [ReplicateRow(c, *(spread(values[c][m]) for m in metrics)) for c in checkpoints]
     if pairs is None:
         pairs = [(a, b) for i, a in enumerate(checkpoints) for b in checkpoints[i + 1:]]
     orderings = []
     for a, b in pairs:
-        for m in REPLICATE_METRICS:
+        for m in metrics:
             hi, lo = (b, a) if values[b][m][0] > values[a][m][0] else (a, b)
             fails = tuple(r for r in range(replicates) if not values[hi][m][r] > values[lo][m][r])
             orderings.append(Ordering(hi, lo, m, replicates, fails))

@@ -5,7 +5,7 @@ rule report:
     input:
         summary="results/prepare_data/summary.json",
         regenerated=expand("results/regenerate/{split}.json", split=["train", "val"]) if RESPONSES == "verifier" else [],
-        validate=expand("results/validate/{checkpoint}.json", checkpoint=CHECKPOINTS),
+        validate=expand("results/validate/{checkpoint}.json", checkpoint=TRAINED),
         benchmark=expand("results/benchmark/{suite}/{run}.json", suite=SUITES, run=RUNS),
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),
         summaries=expand("results/train/{checkpoint}/summary.json", checkpoint=CHECKPOINTS),

@@ -30,7 +30,7 @@ rule validate:
     output:
         out="results/validate/{checkpoint}.json",
     wildcard_constraints:
-        checkpoint="|".join(CHECKPOINTS),
+        checkpoint="|".join(TRAINED),  # seed replicates too: their teacher-forced spread
     params:
         **stage_params("validate"),
         checkpoint_dir=parent("weights", "input"),
