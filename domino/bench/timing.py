@@ -115,8 +115,8 @@ class Journal:
     only the rest.
 
     ``key`` stands for everything that decides the decodes (the job's settings, its decoders and
-    the weights they load); a line is read back only for the same key, the same prompt ids and the
-    same token budget. Lines of another key, and a line cut by the stop, are passed over; a file
+    the weights they load); a line is read back only for the same key, the same prompt at the same
+    place and the same token budget. Lines of another key, and a line cut by the stop, are passed over; a file
     with no line to read back starts again empty. ``close`` deletes the file once the job's
     results are written."""
 
@@ -142,14 +142,15 @@ class Journal:
             with atomic_path(self.path) as tmp:
                 tmp.write_text("".join(f"{line}\n" for line in good))
 
-    def prompt_key(self, ids: list[int], max_new_tokens: int) -> str:
-        return hashlib.sha256(json.dumps([self.key, list(ids), max_new_tokens]).encode()).hexdigest()
+    def prompt_key(self, i: int, ids: list[int], max_new_tokens: int) -> str:
+        """Prompt ``i`` of the call (its place sets its order and, sampling, its generator's seed)."""
+        return hashlib.sha256(json.dumps([self.key, i, list(ids), max_new_tokens]).encode()).hexdigest()
 
-    def get(self, ids: list[int], max_new_tokens: int) -> PromptDecodes | None:
-        return self.kept.get(self.prompt_key(ids, max_new_tokens))
+    def get(self, i: int, ids: list[int], max_new_tokens: int) -> PromptDecodes | None:
+        return self.kept.get(self.prompt_key(i, ids, max_new_tokens))
 
-    def add(self, ids: list[int], max_new_tokens: int, decodes: PromptDecodes) -> None:
-        row = {"key": self.digest, "prompt": self.prompt_key(ids, max_new_tokens), "order": list(decodes.order),
+    def add(self, i: int, ids: list[int], max_new_tokens: int, decodes: PromptDecodes) -> None:
+        row = {"key": self.digest, "prompt": self.prompt_key(i, ids, max_new_tokens), "order": list(decodes.order),
                "results": {name: dataclasses.asdict(r) for name, r in decodes.results.items()},
                "other_cpu_seconds": decodes.other_cpu_seconds, "wall_seconds": decodes.wall_seconds}
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +170,7 @@ def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_to
     the first prompt, ``warm_tokens`` long (``untimed_tokens``), so that allocator, kernel and
     thread-pool start-up land on no timed prompt. With a ``journal``, a prompt it kept is read
     back instead of decoded (warm-ups run only where something is left to decode)."""
-    kept = [journal.get(ids, max_new_tokens) if journal else None for ids in prompts]
+    kept = [journal.get(i, ids, max_new_tokens) if journal else None for i, ids in enumerate(prompts)]
     if any(k is None for k in kept):
         for warm_up in runs.values():
             warm_up(0, prompts[0], warm_tokens)
@@ -188,7 +189,7 @@ def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_to
         other = None if busy is None or busy0 is None else max(0.0, busy - busy0 - (time.process_time() - own0))
         out.append(PromptDecodes(results, order, other, wall))
         if journal:
-            journal.add(ids, max_new_tokens, out[-1])
+            journal.add(i, ids, max_new_tokens, out[-1])
     return out
 
 
