@@ -309,7 +309,7 @@ class Ordering:
 class ReplicateSummary(NamedTuple):
     replicates: int
     rows: list[ReplicateRow]
-    orderings: list[Ordering]  # per pair, acceptance length then speedup
+    orderings: list[Ordering]  # per pair, acceptance length, speedup, then teacher-forced where given
 
 
 def _replicate_values(benches: dict[str, dict], checkpoints: list[str], replicates: int,
