@@ -169,8 +169,9 @@ if _removed:
 onstart:
     if temporary_folder_problem():
         sys.exit(f"error: {temporary_folder_problem()}")
-    if not (EMBEDDED or GGUF or LOCAL_VERIFIER) and hub_problem(VERIFIER):
-        sys.exit(f"config error: {hub_problem(VERIFIER)}")
+    _hub = None if EMBEDDED or GGUF or LOCAL_VERIFIER else hub_problem(VERIFIER)
+    if _hub:
+        sys.exit(f"config error: {_hub}")
     record_start(RUN_OVERLAYS)
 
 
