@@ -237,9 +237,6 @@ def folder_digests(folder: str | Path, cache: str | Path | None = None) -> dict:
     return digests
 
 
-# The least free space in the temporary folder that a run starts with: Snakemake's scheduler
-# writes its job-selection problem there before any job (pulp's MPS file), and fails with a
-# traceback on a full one.
 def hub_problem(src: str, timeout: float = 10.0) -> str | None:
     """Why a hub id ``verifier.source`` cannot be loaded, in one line, or None: found in the Hugging
     Face cache (its ``config.json``), or on a hub that answers. Checked as a run starts (not by a dry
@@ -265,6 +262,9 @@ def hub_problem(src: str, timeout: float = 10.0) -> str | None:
     return None
 
 
+# The least free space in the temporary folder that a run starts with: Snakemake's scheduler
+# writes its job-selection problem there before any job (pulp's MPS file), and fails with a
+# traceback on a full one.
 TMP_MIN_FREE = 64 * 2**20
 
 

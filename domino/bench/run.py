@@ -28,8 +28,9 @@ from transformers import DynamicCache
 from ..acceptance import acceptance_summary
 from ..aux import AuxCapture
 from ..common import MachineLoad, hardware
+from ..config import folder_digests
 from ..decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
-from ..io import sha256_file, write_json
+from ..io import write_json
 from ..model import Drafter
 from ..sampling import SamplingRule, seeded_generator
 from ..stats import LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio, ratio_of_sums
@@ -329,13 +330,12 @@ def journal_key(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: di
                 lookups: list[LookupSpec]) -> str:
     """What decides a benchmark job's decodes, for its ``Journal``: the settings, the runs, the
     sha256 of every file the verifier and the checkpoints load from, and of the package's code."""
-    def files(folder: str, pattern: str = "*") -> dict | str:
-        path = Path(folder)
-        return {str(f.relative_to(path)): sha256_file(f) for f in sorted(path.rglob(pattern)) if f.is_file()} \
-            if path.is_dir() else folder  # a hub id: its name
+    def files(folder: str) -> dict | str:
+        return folder_digests(folder) if Path(folder).is_dir() else folder  # a hub id: its name
 
-    return json.dumps({"config": asdict(config), "code": files(str(Path(__file__).resolve().parent.parent), "*.py"),
-                       "verifier": files(verifier_path),
+    code = {name: digest for name, digest in folder_digests(Path(__file__).resolve().parent.parent).items()
+            if name.endswith(".py")}
+    return json.dumps({"config": asdict(config), "code": code, "verifier": files(verifier_path),
                        "checkpoints": {run: files(d) for run, d in checkpoint_dirs.items()},
                        "lookups": [s.record() | {"run": s.run} for s in lookups]}, sort_keys=True, default=str)
 
