@@ -198,12 +198,12 @@ def checkout_source(src: str, checkout: str | Path) -> str:
     return str(in_checkout.resolve()) if in_checkout.is_dir() else src
 
 
-def folder_digests(folder: str | Path, cache: str | Path | None = None) -> dict:
+def folder_digests(folder: str | Path, cache: str | Path | None = None, pattern: str = "*") -> dict:
     """The sha256 of every file of a local verifier folder, by its path in the folder (hidden
     files and folders aside): what the workflow's jobs read of it, so that replacing its weights
     or its tokenizer reruns them (rule verifier_digests). ``cache``: a JSON file of earlier
     digests by path, size, modification and change times and inode, so a file is hashed again only
-    when it changed."""
+    when it changed. ``pattern``: only the files whose name matches it (``"*.py"``)."""
     folder = Path(folder).expanduser().resolve()
     try:
         known = json.loads(Path(cache).read_text()) if cache else {}
@@ -211,7 +211,7 @@ def folder_digests(folder: str | Path, cache: str | Path | None = None) -> dict:
         known = {}
     known = known if isinstance(known, dict) else {}
     digests, seen = {}, {}
-    for path in sorted(folder.rglob("*")):
+    for path in sorted(folder.rglob(pattern)):
         rel = path.relative_to(folder)
         if not path.is_file() or any(part.startswith(".") for part in rel.parts):
             continue

@@ -32,6 +32,11 @@ def test_the_digests_are_the_files_and_a_file_is_hashed_again_only_when_it_chang
     cache = tmp_path / "cache.json"
     first = folder_digests(d, cache)
     assert list(first) == ["config.json"]
+    (d / "sub").mkdir()
+    (d / "sub" / "m.py").write_text("x = 1")
+    assert list(folder_digests(d, pattern="*.py")) == ["sub/m.py"]  # a pattern keeps its matches, at any depth
+    (d / "sub" / "m.py").unlink()
+    (d / "sub").rmdir()
     key = str((d / "config.json").resolve())
     stored = json.loads(cache.read_text())
     stored[key][4] = "0" * 64  # a digest taken for the same size and time is reused, not recomputed

@@ -333,8 +333,7 @@ def journal_key(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: di
     def files(folder: str) -> dict | str:
         return folder_digests(folder) if Path(folder).is_dir() else folder  # a hub id: its name
 
-    code = {name: digest for name, digest in folder_digests(Path(__file__).resolve().parent.parent).items()
-            if name.endswith(".py")}
+    code = folder_digests(Path(__file__).resolve().parent.parent, pattern="*.py")
     return json.dumps({"config": asdict(config), "code": code, "verifier": files(verifier_path),
                        "checkpoints": {run: files(d) for run, d in checkpoint_dirs.items()},
                        "lookups": [s.record() | {"run": s.run} for s in lookups]}, sort_keys=True, default=str)

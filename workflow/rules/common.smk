@@ -167,8 +167,9 @@ if _removed:
 # so does one whose verifier is a hub id neither cached nor on a hub that answers (a dry run
 # needs no network, so it is not asked).
 onstart:
-    if temporary_folder_problem():
-        sys.exit(f"error: {temporary_folder_problem()}")
+    _tmp = temporary_folder_problem()
+    if _tmp:
+        sys.exit(f"error: {_tmp}")
     _hub = None if EMBEDDED or GGUF or LOCAL_VERIFIER else hub_problem(VERIFIER)
     if _hub:
         sys.exit(f"config error: {_hub}")
