@@ -329,6 +329,28 @@ def test_extraction_resumes_at_the_first_missing_shard(extraction, tmp_path):
     _assert_same_features(load_features(out / "index.json"), ref)
 
 
+def test_extraction_bar_moves_per_batch_not_per_shard(extraction, tmp_path, monkeypatch):
+    """A shard holds 1,000 conversations at the profiles' sizes, a quarter of an hour on a slow CPU:
+    the bar advances by each batch's conversations, so it moves within a shard."""
+    import domino.data.features as F
+
+    updates = []
+
+    class Bar:
+        def __init__(self, *a, **k):
+            pass
+
+        def update(self, n):
+            updates.append(n)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(F, "tqdm", Bar)
+    _extract(extraction, tmp_path / "feat", log=lambda m: None)  # 10 rows, shards of 3, batches of 2
+    assert updates == [2, 1, 2, 1, 2, 1, 1]
+
+
 def test_extraction_killed_midway_leaves_no_index_and_resumes(extraction, tmp_path, monkeypatch):
     import domino.data.features as F
 

@@ -99,9 +99,12 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
         if path.exists():
             logger.info("%s: present but unverified or made from other inputs, extracted again", name)
         if backend is None:
-            tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype], last_hidden_state)
+            # the bar moves per batch: a shard of 1,000 conversations takes a quarter of an hour on a slow CPU
+            tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype], last_hidden_state,
+                                    progress=bar.update)
         else:
             tensors = backend(part, head, batch_size, DTYPES[dtype], last_hidden_state)
+            bar.update(len(part))
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp))
         digest = sha256_file(path)
@@ -109,7 +112,6 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
             tmp.write_text(f"{digest}\ninputs {key}\n")
         shards.append({"file": name, "samples": len(part), "tokens": int(tensors["input_ids"].numel()),
                        "sha256": digest})
-        bar.update(len(part))
     bar.close()
     index = {"shards": shards, "aux_layer_ids": list(aux_layer_ids), "hidden_size": H, "dtype": dtype,
              "samples": len(rows), "tokens": n_tokens, "draft_vocab_size": int(len(draft_target_ids)),
@@ -140,7 +142,9 @@ def _part_key(common: str, part: list[dict]) -> str:
     return h.hexdigest()
 
 
-def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype, last_hidden_state=False):
+def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype, last_hidden_state=False,
+                  progress=lambda n: None):
+    """One shard's features, batch by batch; `progress(n)` is told of each batch's n conversations."""
     dev = verifier.device
     L = verifier.config.num_hidden_layers
     ids_l, mask_l, aux_l, tgt_l, last_l = [], [], [], [], []
@@ -165,6 +169,7 @@ def _extract_part(verifier, part, aux_layer_ids, head, batch_size, dtype, last_h
             tgt_l.append(greedy[j, :n].cpu())
             if last_hidden_state:
                 last_l.append(last[j, :n].to("cpu", dtype))
+        progress(len(batch))
     return shard_tensors(ids_l, mask_l, aux_l, tgt_l, last_l if last_hidden_state else None)
 
 
