@@ -29,10 +29,12 @@ LOCK_OWNER = Path(".snakemake/domino-lock-owner.json")  # the process holding Sn
 
 def run_overlays(configfiles, checkout: str | Path) -> list[str]:
     """The overlays of this call (``--configfile``), relative to the checkout, ``config.yaml``
-    itself left out, sorted."""
+    itself left out, in the order given: where two overlays set one key the later wins
+    (``config/smollm2-quick.yaml`` after ``config/smollm2.yaml``), so the order is part of the run's
+    configuration and is what the directory records."""
     checkout = os.path.abspath(checkout)
-    return sorted(os.path.relpath(f, checkout) for f in configfiles
-                  if os.path.abspath(f) != os.path.join(checkout, "config.yaml"))
+    return [os.path.relpath(f, checkout) for f in configfiles
+            if os.path.abspath(f) != os.path.join(checkout, "config.yaml")]
 
 
 def overlays_problem(overlays: list[str], config: dict, checkout: str | Path, marker: Path = RUN_MARKER) -> str | None:

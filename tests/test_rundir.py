@@ -15,8 +15,24 @@ from domino.rundir import alive, clear_stale_lock, overlays_problem, process_sta
 
 def test_the_overlays_are_named_relative_to_the_checkout_without_config_yaml(tmp_path):
     files = [str(tmp_path / "config.yaml"), str(tmp_path / "config" / "sampling.yaml"), "micro.yaml"]
-    assert run_overlays(files, tmp_path) == sorted(["config/sampling.yaml", os.path.relpath(os.path.abspath("micro.yaml"),
-                                                                                              tmp_path)])
+    assert run_overlays(files, tmp_path) == ["config/sampling.yaml", os.path.relpath(os.path.abspath("micro.yaml"), tmp_path)]
+
+
+def test_the_overlays_order_is_recorded_and_merged_as_given(tmp_path, monkeypatch):
+    """config/smollm2-quick.yaml after config/smollm2.yaml sets float32 over bf16: a directory made so
+    takes a later overlay that adds jobs, and refuses the same two overlays the other way round,
+    which would undo the quick profile's settings."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / ".domino-run.json"
+    made = ["config/smollm2.yaml", "config/smollm2-quick.yaml"]
+    files = [str(ROOT / "config.yaml"), *(str(ROOT / f) for f in made)]
+    assert run_overlays(files, ROOT) == made  # the order given, not sorted
+    record_start(made, tmp_path / "owner.json", marker)
+    added = [*made, "config/replicates.yaml"]
+    assert overlays_problem(added, load_config_files("config.yaml", *added), ROOT, marker) is None
+    swapped = made[::-1]
+    problem = overlays_problem(swapped, load_config_files("config.yaml", *swapped), ROOT, marker)
+    assert "verifier.dtype: \"float32\" -> \"bfloat16\"" in problem, problem
 
 
 def test_a_directory_takes_its_own_overlays_and_those_that_only_add_jobs(tmp_path, monkeypatch):
