@@ -37,10 +37,21 @@ def run_overlays(configfiles, checkout: str | Path) -> list[str]:
             if os.path.abspath(f) != os.path.join(checkout, "config.yaml")]
 
 
+def recorded_overlays(marker: Path, overlays: list[str]) -> list[str]:
+    """The overlays the directory's run was made with, in their order. An older record is a bare
+    sorted list, its order lost: the files it shares with this call then take this call's order."""
+    recorded = json.loads(Path(marker).read_text())
+    if isinstance(recorded, dict):
+        return recorded["overlays"]
+    if set(recorded) <= set(overlays):
+        return [f for f in overlays if f in recorded]
+    return recorded
+
+
 def overlays_problem(overlays: list[str], config: dict, checkout: str | Path, marker: Path = RUN_MARKER) -> str | None:
     """Why this call's overlays may not run here (``config``: their validated configuration), or
     None: the directory holds no run, a run of the same overlays, or one to which they only add jobs."""
-    recorded = json.loads(Path(marker).read_text()) if Path(marker).exists() else overlays
+    recorded = recorded_overlays(marker, overlays) if Path(marker).exists() else overlays
     if recorded == overlays:
         return None
     start_over = (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
@@ -102,4 +113,4 @@ def clear_stale_lock(owner_file: Path = LOCK_OWNER) -> str | None:
 def record_start(overlays: list[str], owner_file: Path = LOCK_OWNER, marker: Path = RUN_MARKER) -> None:
     """What a run records once it holds the lock: its process, and the overlays it runs with."""
     Path(owner_file).write_text(json.dumps({"pid": os.getpid(), "start": process_start(os.getpid())}))
-    Path(marker).write_text(json.dumps(overlays))
+    Path(marker).write_text(json.dumps({"overlays": overlays}))

@@ -33,6 +33,9 @@ def test_the_overlays_order_is_recorded_and_merged_as_given(tmp_path, monkeypatc
     swapped = made[::-1]
     problem = overlays_problem(swapped, load_config_files("config.yaml", *swapped), ROOT, marker)
     assert "verifier.dtype: \"float32\" -> \"bfloat16\"" in problem, problem
+    # a directory recorded before the order was kept (a sorted list) takes the later overlay too
+    marker.write_text(json.dumps(sorted(made)))
+    assert overlays_problem(added, load_config_files("config.yaml", *added), ROOT, marker) is None
 
 
 def test_a_directory_takes_its_own_overlays_and_those_that_only_add_jobs(tmp_path, monkeypatch):
@@ -40,7 +43,7 @@ def test_a_directory_takes_its_own_overlays_and_those_that_only_add_jobs(tmp_pat
     marker = tmp_path / ".domino-run.json"
     default = load_config_files("config.yaml")
     assert overlays_problem([], default, ROOT, marker) is None  # a directory without a run
-    marker.write_text(json.dumps([]))
+    marker.write_text(json.dumps({"overlays": []}))
     assert overlays_problem([], default, ROOT, marker) is None
     sampling = load_config_files("config.yaml", "config/sampling.yaml")
     assert overlays_problem(["config/sampling.yaml"], sampling, ROOT, marker) is None  # adds jobs only
@@ -49,7 +52,7 @@ def test_a_directory_takes_its_own_overlays_and_those_that_only_add_jobs(tmp_pat
     assert problem.startswith("this directory holds a run with the overlays []; the overlays "
                               "['config/card-depth.yaml'] would change its results (")
     assert problem.endswith(f"or delete results/ and {marker} to start over here")
-    marker.write_text(json.dumps(["gone.yaml"]))
+    marker.write_text(json.dumps({"overlays": ["gone.yaml"]}))
     assert overlays_problem([], default, ROOT, marker).startswith(
         "this directory holds a run with the overlays ['gone.yaml'], which no longer load (")
 
@@ -91,4 +94,4 @@ def test_a_started_run_records_its_process_and_its_overlays(tmp_path):
     owner, marker = tmp_path / "owner.json", tmp_path / "run.json"
     record_start(["config/sampling.yaml"], owner, marker)
     assert json.loads(owner.read_text()) == {"pid": os.getpid(), "start": process_start(os.getpid())}
-    assert json.loads(marker.read_text()) == ["config/sampling.yaml"]
+    assert json.loads(marker.read_text()) == {"overlays": ["config/sampling.yaml"]}

@@ -210,12 +210,12 @@ def test_a_run_with_other_overlays_is_refused_in_this_directory(micro_run):
         assert "snakemake --directory runs/NAME" in line and "Job stats" not in text
     assert card.stat().st_mtime_ns == before
     # and the way back: leaving out an overlay the run was made with is refused too
-    (micro_run / ".domino-run.json").write_text('["micro.yaml", "other.yaml"]')
+    (micro_run / ".domino-run.json").write_text('{"overlays": ["micro.yaml", "other.yaml"]}')
     try:
         out = run_snakemake(micro_run, "-n", "reports/model_card.md", "--configfile", "config.yaml", "micro.yaml",
                             check=False)
     finally:
-        (micro_run / ".domino-run.json").write_text('["micro.yaml"]')
+        (micro_run / ".domino-run.json").write_text('{"overlays": ["micro.yaml"]}')
     assert out.returncode == 1 and "(benchmark.max_new_tokens: 10 -> 12)" in out.stdout + out.stderr
 
 
@@ -267,7 +267,7 @@ def test_an_additive_overlay_runs_in_the_finished_directory(micro_run, tmp_path)
     text = out.stdout + out.stderr
     assert "localrule sampling:" in text and "localrule train:" not in text and "localrule benchmark:" not in text
     assert weights.stat().st_mtime_ns == before and (run / "results" / "sampling" / "T0.6" / "humaneval" / "domino.json").exists()
-    assert json.loads((run / ".domino-run.json").read_text()) == ["config/sampling.yaml", "micro.yaml"]
+    assert json.loads((run / ".domino-run.json").read_text()) == {"overlays": ["micro.yaml", "config/sampling.yaml"]}
 
 
 def test_a_second_suite_is_decoded_and_reported_beside_humaneval(micro_run, tmp_path):
