@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from .config import ADDITIVE, ConfigError, changes_to_results, load_config
+from .io import DamagedFile, read_json, write_text
 
 RUN_MARKER = Path(".domino-run.json")  # the overlays of the run this directory holds
 LOCK_OWNER = Path(".snakemake/domino-lock-owner.json")  # the process holding Snakemake's lock
@@ -39,11 +40,15 @@ def run_overlays(configfiles, checkout: str | Path) -> list[str]:
 
 def recorded_overlays(marker: Path, overlays: list[str]) -> list[str]:
     """The overlays the directory's run was made with, in their order. An older record is a bare
-    sorted list, its order lost: the files it shares with this call then take this call's order."""
-    recorded = json.loads(Path(marker).read_text())
-    if isinstance(recorded, dict):
-        return recorded["overlays"]
-    if set(recorded) <= set(overlays):
+    sorted list, its order lost: the files it shares with this call then take this call's order.
+    A record that is not one of the two raises ``DamagedFile``, naming it."""
+    hint = ("delete it and results/ to start over here, or give this run a directory of its own "
+            "(snakemake --directory runs/NAME ...)")
+    record = read_json(marker, what="the run record", hint=hint)
+    recorded = record.get("overlays") if isinstance(record, dict) else record
+    if not (isinstance(recorded, list) and all(isinstance(f, str) for f in recorded)):
+        raise DamagedFile(f"the run record {marker} does not list the overlays its run was made with; {hint}")
+    if isinstance(record, list) and set(recorded) <= set(overlays):
         return [f for f in overlays if f in recorded]
     return recorded
 
@@ -51,7 +56,10 @@ def recorded_overlays(marker: Path, overlays: list[str]) -> list[str]:
 def overlays_problem(overlays: list[str], config: dict, checkout: str | Path, marker: Path = RUN_MARKER) -> str | None:
     """Why this call's overlays may not run here (``config``: their validated configuration), or
     None: the directory holds no run, a run of the same overlays, or one to which they only add jobs."""
-    recorded = recorded_overlays(marker, overlays) if Path(marker).exists() else overlays
+    try:
+        recorded = recorded_overlays(marker, overlays) if Path(marker).exists() else overlays
+    except DamagedFile as err:
+        return str(err)
     if recorded == overlays:
         return None
     start_over = (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
@@ -113,4 +121,4 @@ def clear_stale_lock(owner_file: Path = LOCK_OWNER) -> str | None:
 def record_start(overlays: list[str], owner_file: Path = LOCK_OWNER, marker: Path = RUN_MARKER) -> None:
     """What a run records once it holds the lock: its process, and the overlays it runs with."""
     Path(owner_file).write_text(json.dumps({"pid": os.getpid(), "start": process_start(os.getpid())}))
-    Path(marker).write_text(json.dumps({"overlays": overlays}))
+    write_text(marker, json.dumps({"overlays": overlays}))  # atomic: a killed run leaves the old record or the new

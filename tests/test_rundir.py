@@ -38,6 +38,15 @@ def test_the_overlays_order_is_recorded_and_merged_as_given(tmp_path, monkeypatc
     assert overlays_problem(added, load_config_files("config.yaml", *added), ROOT, marker) is None
 
 
+@pytest.mark.parametrize("damage", ['{"overlays": ["config/smollm2.yaml"', '{"overlays": "config/smollm2.yaml"}', '7'])
+def test_a_damaged_run_record_is_one_line_naming_it(tmp_path, damage):
+    marker = tmp_path / ".domino-run.json"
+    marker.write_text(damage)
+    problem = overlays_problem([], load_config_files("config.yaml"), ROOT, marker)
+    assert problem.startswith(f"the run record {marker} ") and "\n" not in problem, problem
+    assert problem.endswith("(snakemake --directory runs/NAME ...)"), problem
+
+
 def test_a_directory_takes_its_own_overlays_and_those_that_only_add_jobs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / ".domino-run.json"
