@@ -390,8 +390,14 @@ def test_a_second_run_in_the_same_folder_is_refused_and_the_first_finishes(micro
                list((run / ".snakemake" / "locks").glob("*.lock"))):
         assert first.poll() is None and time.monotonic() - t0 < 300, first.communicate()[0][-3000:]
         time.sleep(0.1)
-    second = run_snakemake(run, *args, check=False)
-    assert first.poll() is None, "the first run ended before the second was refused: make its job longer"
+    # held still while the second one starts (seconds of imports on a loaded CPU), so the first cannot
+    # finish its jobs before the second reaches the lock; a stopped process still holds it
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        second = run_snakemake(run, *args, check=False)
+        assert first.poll() is None
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
     text = second.stdout + second.stderr
     assert second.returncode != 0 and "LockException" in text and "cannot be locked" in text, text[-3000:]
     assert "removed the lock" not in text
