@@ -38,16 +38,21 @@ def run_overlays(configfiles, checkout: str | Path) -> list[str]:
             if os.path.abspath(f) != os.path.join(checkout, "config.yaml")]
 
 
+def start_over(marker: Path) -> str:
+    """What to do when this directory's run cannot take the call: the end of every refusal here."""
+    return (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
+            f"or delete results/ and {marker} to start over here")
+
+
 def recorded_overlays(marker: Path, overlays: list[str]) -> list[str]:
     """The overlays the directory's run was made with, in their order. An older record is a bare
     sorted list, its order lost: the files it shares with this call then take this call's order.
     A record that is not one of the two raises ``DamagedFile``, naming it."""
-    hint = ("delete it and results/ to start over here, or give this run a directory of its own "
-            "(snakemake --directory runs/NAME ...)")
-    record = read_json(marker, what="the run record", hint=hint)
+    record = read_json(marker, what="the run record", hint=start_over(marker))
     recorded = record.get("overlays") if isinstance(record, dict) else record
     if not (isinstance(recorded, list) and all(isinstance(f, str) for f in recorded)):
-        raise DamagedFile(f"the run record {marker} does not list the overlays its run was made with; {hint}")
+        raise DamagedFile(f"the run record {marker} does not list the overlays its run was made with; "
+                          f"{start_over(marker)}")
     if isinstance(record, list) and set(recorded) <= set(overlays):
         return [f for f in overlays if f in recorded]
     return recorded
@@ -62,20 +67,18 @@ def overlays_problem(overlays: list[str], config: dict, checkout: str | Path, ma
         return str(err)
     if recorded == overlays:
         return None
-    start_over = (f"give this run a directory of its own (snakemake --directory runs/NAME ...), "
-                  f"or delete results/ and {marker} to start over here")
     try:
         before = load_config([os.path.join(checkout, f) for f in ["config.yaml", *recorded]], checkout=checkout)
     except ConfigError as err:
         return (f"this directory holds a run with the overlays {recorded}, which no longer load ({err}); "
-                f"{start_over}")
+                f"{start_over(marker)}")
     changes = changes_to_results(before, config)
     if not changes:
         return None
     shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
     return (f"this directory holds a run with the overlays {recorded}; the overlays {overlays} would change its "
             f"results ({shown}), and an overlay may only add jobs here ({ADDITIVE}): keep giving the overlays it "
-            f"was made with, or {start_over}")
+            f"was made with, or {start_over(marker)}")
 
 
 def process_start(pid: int) -> str | None:

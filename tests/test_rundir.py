@@ -44,7 +44,7 @@ def test_a_damaged_run_record_is_one_line_naming_it(tmp_path, damage):
     marker.write_text(damage)
     problem = overlays_problem([], load_config_files("config.yaml"), ROOT, marker)
     assert problem.startswith(f"the run record {marker} ") and "\n" not in problem, problem
-    assert problem.endswith("(snakemake --directory runs/NAME ...)"), problem
+    assert problem.endswith(f"or delete results/ and {marker} to start over here"), problem
 
 
 def test_a_directory_takes_its_own_overlays_and_those_that_only_add_jobs(tmp_path, monkeypatch):

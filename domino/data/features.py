@@ -99,7 +99,7 @@ def extract(verifier, rows: list[dict], aux_layer_ids: list[int], draft_target_i
         if path.exists():
             logger.info("%s: present but unverified or made from other inputs, extracted again", name)
         if backend is None:
-            # the bar moves per batch: a shard of 1,000 conversations takes a quarter of an hour on a slow CPU
+            # the bar moves per batch: a shard of 1,000 conversations takes minutes on a slow CPU
             tensors = _extract_part(verifier, part, aux_layer_ids, head, batch_size, DTYPES[dtype], last_hidden_state,
                                     progress=bar.update)
         else:
