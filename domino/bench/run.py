@@ -26,15 +26,18 @@ import torch
 from transformers import DynamicCache
 
 from ..acceptance import acceptance_summary
+from ..adaptive import CostAwareDraft, CostCurve
 from ..aux import AuxCapture
 from ..common import MachineLoad, hardware
 from ..config import folder_digests
-from ..decode import GreedyRule, LookupThenDraft, NeuralDraft, NgramDraft, cache_kwarg, crop_cache, decode
+from ..decode import GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
+from ..decoders import DecoderSpec, build as build_decoder
 from ..io import write_json
 from ..model import Drafter
 from ..sampling import SamplingRule, seeded_generator
 from ..stats import LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio, ratio_of_sums
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
+from .costs import measure_costs
 from .suites import SUITES, encode_turns, suite_tasks
 from .timing import (
     PLAIN,
@@ -203,48 +206,29 @@ class BenchmarkConfig:
         return Decoding(self.temperature, self.top_p, self.seed)
 
 
-@dataclass(frozen=True)
-class LookupSpec:
-    """An n-gram lookup row (``benchmark.ngram``): run ``run`` drafts by ``NgramDraft(drafts,
-    max_n, min_n)``, or, with ``then`` (a run of the job), by the lookup where the context holds a
-    match and by that run's drafter elsewhere (``LookupThenDraft``, the drafter's block size)."""
-
-    run: str
-    max_n: int
-    min_n: int
-    drafts: int
-    then: str | None = None
-
-    def record(self) -> dict:
-        """What a results file says of the row (``lookup``)."""
-        return {"max_n": self.max_n, "min_n": self.min_n,
-                "drafts": self.drafts, "then": self.then}
-
-
 @dataclass
 class Loaded:
     """What one benchmark job decodes with: the verifier, and each run's drafter by run name (the
-    trained runs' ``NeuralDraft``, then the lookup rows')."""
+    trained runs' ``NeuralDraft``, then the untrained rows' of ``domino.decoders``)."""
     tokenizer: object
     verifier: object
     stop_ids: list[int]
-    drafts: dict[str, NeuralDraft | NgramDraft | LookupThenDraft]
+    drafts: dict[str, object]
 
 
-def lookup_draft(spec: LookupSpec, drafts: dict[str, NeuralDraft]) -> NgramDraft | LookupThenDraft:
-    """The drafter of a lookup row; ``drafts``: the trained runs' (``then`` must be one of them)."""
-    if spec.then is None:
-        return NgramDraft(spec.drafts, spec.max_n, spec.min_n)
-    if spec.then not in drafts:
-        raise BenchmarkError(f"lookup row {spec.run}: its drafter {spec.then!r} is not among the job's runs "
-                             f"({', '.join(drafts) or 'none'})")
-    return LookupThenDraft(NeuralDraft(drafts[spec.then].drafter), spec.max_n, spec.min_n)
+def lookup_record(spec: DecoderSpec) -> dict | None:
+    """An n-gram lookup row's ``lookup`` record (what vLLM's ``ngram`` method and the card read);
+    None for other rows."""
+    if spec.kind not in ("ngram", "ngram-then"):
+        return None
+    return {k: spec.settings[k] for k in ("max_n", "min_n", "drafts")} | {"then": spec.checkpoint}
 
 
 def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
-                lookups: list[LookupSpec] = ()) -> Loaded:
+                lookups: list[DecoderSpec] = ()) -> Loaded:
     """The verifier and its tokenizer, the drafter of each run (run name -> checkpoint dir), and
-    each lookup row's."""
+    each untrained row's (``domino.decoders``; one that drafts with a checkpoint gets a decoding
+    session of its own over that run's drafter)."""
     names = [*checkpoint_dirs, *(s.run for s in lookups)]
     if PLAIN in names or len(set(names)) != len(names):
         raise BenchmarkError(f"{PLAIN!r} names the plain decodes and each run needs a name of its own, got {names}")
@@ -253,8 +237,35 @@ def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: di
     verifier = load_verifier(verifier_path, config.verifier_dtype, dev)
     drafts = {run: NeuralDraft(Drafter.load(d).to(dev, dtype=verifier.dtype).eval())
               for run, d in checkpoint_dirs.items()}
-    drafts |= {s.run: lookup_draft(s, drafts) for s in lookups}
+    for s in lookups:
+        if s.checkpoint is not None and s.checkpoint not in drafts:
+            raise BenchmarkError(f"row {s.run}: its drafter {s.checkpoint!r} is not among the job's runs "
+                                 f"({', '.join(drafts) or 'none'})")
+    drafts |= {s.run: build_decoder(s, NeuralDraft(drafts[s.checkpoint].drafter) if s.checkpoint else None)
+               for s in lookups}
     return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)
+
+
+def cost_curves(loaded: Loaded, encoded: list[list[int]], lookups: list[DecoderSpec]) -> dict[str, CostCurve]:
+    """Each cost-aware row's ``CostCurve`` (run -> curve), measured on this machine before the
+    timed decodes after the prompt of median length (a longer one where it is shorter than the
+    rows), and set on its decoder: the verifier for 1 .. the row's drafts + 1 rows and the drafter
+    it drafts with."""
+    rows = {s.run: s for s in lookups if isinstance(loaded.drafts[s.run], CostAwareDraft)}
+    if not rows:
+        return {}
+    need = max(loaded.drafts[r].drafts_per_step for r in rows) + 1
+    order = sorted(range(len(encoded)), key=lambda j: len(encoded[j]))
+    i = next((j for j in order[len(order) // 2:] if len(encoded[j]) > need), order[-1])
+    context = encoded[i] if len(encoded[i]) > need else (encoded[i] * (need // len(encoded[i]) + 2))
+    out, by_checkpoint = {}, {}
+    for run, spec in rows.items():
+        d = loaded.drafts[run]
+        if spec.checkpoint not in by_checkpoint:
+            neural = NeuralDraft(loaded.drafts[spec.checkpoint].drafter) if spec.checkpoint else None
+            by_checkpoint[spec.checkpoint] = measure_costs(loaded.verifier, context, need, neural)
+        d.costs = out[run] = by_checkpoint[spec.checkpoint]
+    return out
 
 
 def _template_kwargs(config: BenchmarkConfig) -> dict:
@@ -323,11 +334,13 @@ def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
     """Every prompt decoded plain and by every run's drafter, paired (``domino.bench.timing``), after
     warm-ups long enough for a step with the longest block of drafts."""
     warm = untimed_tokens(max((d.drafts_per_step for d in loaded.drafts.values()), default=0), max_new_tokens)
-    return paired_decodes(decoders(loaded, decoding, first_index), encoded, max_new_tokens, warm, desc, journal)
+    learners = {run: d.learn for run, d in loaded.drafts.items() if hasattr(d, "learn")}
+    return paired_decodes(decoders(loaded, decoding, first_index), encoded, max_new_tokens, warm, desc, journal,
+                          learners)
 
 
 def journal_key(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
-                lookups: list[LookupSpec]) -> str:
+                lookups: list[DecoderSpec]) -> str:
     """What decides a benchmark job's decodes, for its ``Journal``: the settings, the runs, the
     sha256 of every file the verifier and the checkpoints load from, and of the package's code."""
     def files(folder: str) -> dict | str:
@@ -630,9 +643,9 @@ def step_floors(loaded: Loaded, encoded: list[list[int]], decodes: list[PromptDe
 
 
 def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
-                  outs: dict[str, str], lookups: list[LookupSpec] = ()) -> dict[str, dict]:
+                  outs: dict[str, str], lookups: list[DecoderSpec] = ()) -> dict[str, dict]:
     """Decode every task of ``config.suite`` plain and with each run's drafter (run name ->
-    checkpoint dir) and each n-gram lookup row (``lookups``, greedy only), all in this one
+    checkpoint dir) and each untrained row (``lookups``, ``domino.decoders``, greedy only), all in this one
     process, turn by turn for a suite of several turns, and write each run's results file
     (``outs``: run name -> path, ``PLAIN`` included; docs/results.md).
     Greedy, or sampling at ``config.temperature`` > 0 (a later turn then follows the plain decode's
@@ -644,11 +657,13 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     decoding, tol = config.decoding, config.tie_tolerance
     prompts = suite_tasks(config.suite, config.dataset)  # a missing or damaged suite is refused before any model loads
     if lookups and not config.greedy:
-        raise BenchmarkError("the n-gram lookup rows decode greedily only (benchmark.ngram)")
+        raise BenchmarkError("the rows without training of their own decode greedily only (benchmark.ngram, "
+                             "benchmark.suffix, benchmark.cost_aware)")
     loaded = load_models(config, verifier_path, checkpoint_dirs, lookups)
     _check_budget(config, loaded)
     context = loaded.verifier.config.max_position_embeddings
     tasks, encoded = encode_tasks(config, loaded.tokenizer, context, prompts)
+    costs = cost_curves(loaded, encoded, list(lookups))  # before any timed decode: the cost-aware rows choose by it
     n_turns = len(tasks[0]["turns"])
     turns = []  # per turn: (its prompts, its paired decodes)
     journal = Journal(journal_path(outs), journal_key(config, verifier_path, checkpoint_dirs, list(lookups)))
@@ -683,6 +698,8 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
             if near_ties and loaded32 is None:
                 loaded32 = load_models(replace(config, verifier_dtype="float32"), verifier_path, checkpoint_dirs,
                                        lookups)
+                for r, curve in costs.items():  # the replay checks tokens, not speed: the job's curve will do
+                    loaded32.drafts[r].costs = curve
             replayed = sum(float32_replay(loaded32, run, tasks, enc, timings, config.max_new_tokens,
                                           k + 1 if n_turns > 1 else None, plain32)
                            for k, (enc, timings) in enumerate(per_turn)) if near_ties else 0
@@ -691,7 +708,9 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
                       "beyond_noise": sum(not d["within_noise"] for d in near_ties), **margin_signs(near_ties)}
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
-                        **({"lookup": specs[run].record()} if run in specs else {}),
+                        **({"decoder": specs[run].record()} if run in specs else {}),
+                        **({"lookup": lookup_record(specs[run])} if run in specs and lookup_record(specs[run]) else {}),
+                        **({"adaptive": loaded.drafts[run].record()} if run in costs else {}),
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed)
                         | {"floor": floors.get(run), "machine_load": machine_load}
                         | ({"lossless_replay": replay} if replay else {}),

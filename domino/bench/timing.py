@@ -164,12 +164,16 @@ class Journal:
 
 
 def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_tokens: int, warm_tokens: int,
-                   desc: str = "paired decodes", journal: Journal | None = None) -> list[PromptDecodes]:
+                   desc: str = "paired decodes", journal: Journal | None = None,
+                   learners: dict[str, Callable[[list[int]], None]] | None = None) -> list[PromptDecodes]:
     """Every prompt decoded by every decoder of ``runs`` (name -> decode) back to back, in the
     cyclic order of ``rotation``, each decode ``timed``. First one untimed warm-up per decoder on
     the first prompt, ``warm_tokens`` long (``untimed_tokens``), so that allocator, kernel and
     thread-pool start-up land on no timed prompt. With a ``journal``, a prompt it kept is read
-    back instead of decoded (warm-ups run only where something is left to decode)."""
+    back instead of decoded (warm-ups run only where something is left to decode). ``learners``
+    (name -> callable): a decoder that learns from its earlier answers (the suffix cache) is given
+    its own output of each prompt once every decoder has decoded it, read back ones included, so
+    that no decode of a prompt ever sees that prompt's answer."""
     kept = [journal.get(i, ids, max_new_tokens) if journal else None for i, ids in enumerate(prompts)]
     if any(k is None for k in kept):
         for warm_up in runs.values():
@@ -181,6 +185,7 @@ def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_to
     for i, ids in enumerate(tqdm(prompts, desc=desc, mininterval=5)):
         if kept[i] is not None:
             out.append(kept[i])
+            _learn(learners, kept[i])
             continue
         order = rotation(names, i)
         busy0, own0, wall0 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
@@ -190,7 +195,13 @@ def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_to
         out.append(PromptDecodes(results, order, other, wall))
         if journal:
             journal.add(i, ids, max_new_tokens, out[-1])
+        _learn(learners, out[-1])
     return out
+
+
+def _learn(learners: dict | None, decodes: PromptDecodes) -> None:
+    for name, learn in (learners or {}).items():
+        learn(decodes.results[name].new_token_ids)
 
 
 def joined_turns(results: list[DecodeResult]) -> DecodeResult:

@@ -92,7 +92,10 @@ def _plain_seconds_per_token(res: dict, run: str) -> float:
 
 def _pos_estimates(bench: dict) -> list[Estimate | None]:
     """[pos_0, pos_1, pos_2, pos_3, pos_4+] with intervals (the recorded ones for pos_0..pos_3, a
-    derived one for pos_4+, the SUM over positions >= 4); None for a position not drafted."""
+    derived one for pos_4+, the SUM over positions >= 4); None for a position not drafted, and for
+    every position of a row that sent no draft (a cost-aware row that decoded plainly)."""
+    if bench["summary"]["steps"] == 0:
+        return [None] * 5
     per_pos = position_estimates(bench["summary"], sum(1 for p in bench["prompts"] if p["accepted_per_step"]))
     return [per_pos[i] if i < len(per_pos) else None for i in range(4)] + [tail_estimate(bench, 4)]
 
@@ -135,9 +138,25 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
 
 
 def lookup_label(bench: dict) -> str:
-    """How the card names an n-gram lookup row (its results file's ``lookup``)."""
+    """How the card names a row without training of its own: its results file's ``decoder`` label
+    (``domino.decoders``), its checkpoint's label filled in; a file written before the registry
+    names an n-gram lookup row by its ``lookup``."""
+    if "decoder" in bench:
+        c = bench["decoder"]["checkpoint"]
+        return bench["decoder"]["label"].replace("{checkpoint}", LABELS.get(c, c) if c else "")
     then = bench["lookup"]["then"]
     return "n-gram lookup, no training" if then is None else f"n-gram lookup, then {LABELS.get(then, then)}"
+
+
+def is_free(bench: dict) -> bool:
+    """A row that drafts without a trained checkpoint (the bar a trained drafter must clear)."""
+    return bench["decoder"]["free"] if "decoder" in bench else bench["lookup"]["then"] is None
+
+
+def shown(bench: dict) -> bool:
+    """Whether a row without training of its own has a row in the tables: one that drafted at all,
+    and every cost-aware row (sending nothing is its plain fallback, which its speed shows)."""
+    return bench["summary"]["steps"] > 0 or "adaptive" in bench
 
 
 def _lookup_row(res: dict, run: str) -> dict:
@@ -152,19 +171,41 @@ def _lookup_row(res: dict, run: str) -> dict:
             "vs_ref": compare(bench, res["benchmark"][COMPARE_TO]),
             "domino_vs": compare(res["benchmark"]["domino"], bench),
             "matches_baseline": s["matches_baseline"], "near_ties": len(s["near_tie_divergences"]),
-            "tie_tolerance": s["tie_tolerance"], "replay": s.get("lossless_replay"), "cost": step_cost(s, plain_per_token),
-            "lookup": bench["lookup"]}
+            "tie_tolerance": s["tie_tolerance"], "replay": s.get("lossless_replay"),
+            "cost": step_cost(s, plain_per_token) if s["steps"] else None, "lookup": bench.get("lookup"), "kind": bench.get("decoder", {}).get("kind", "ngram"), "free": is_free(bench),
+            "adaptive": _adaptive(bench), "bench": bench}
+
+
+def _adaptive(bench: dict) -> dict | None:
+    """A cost-aware row's choices, in the card's words: per source the share of steps and tokens
+    a step; the cost curve in milliseconds and as a multiple of one row."""
+    a = bench.get("adaptive")
+    if a is None:
+        return None
+    steps = sum(c["steps"] for c in a["chosen"].values()) or 1
+    words = {"none": "nothing (a plain step)", "drafter": "the trained drafter", "suffix": "the suffix cache",
+             "ngram": "the n-gram lookup"}
+    verify = a["costs"]["verify_seconds"]
+    return {"chosen": [{"source": words.get(k, k), "share": c["steps"] / steps,
+                        "tokens": c["tokens"] / c["steps"] if c["steps"] else 0.0} for k, c in a["chosen"].items()],
+            "drafter_runs": a["drafter_runs"], "requests": a.get("requests"), "plain_requests": a.get("plain_requests"),
+            "verify_ms": [1e3 * v for v in verify], "verify_ratio": [v / verify[0] for v in verify],
+            "drafter_ms": None if a["costs"]["drafter_seconds"] is None else 1e3 * a["costs"]["drafter_seconds"],
+            "context_tokens": a["costs"]["context_tokens"], "calibration": a["calibration"]}
 
 
 def _lookup_verdict(rows: list[dict], lookups: list[dict]) -> dict | None:
-    """The lookup alone against the trained rows: whether it decodes faster than every one of
-    them (point estimates of the speedup over plain greedy), and Domino against it, paired."""
-    alone = next((r for r in lookups if r["lookup"]["then"] is None), None)
-    if alone is None:
+    """The fastest row that needs no training (the lookup, the suffix cache) against the trained
+    rows: whether it decodes faster than every one of them (point estimates of the speedup over
+    plain greedy), Domino against it, and each cost-aware row against it, paired."""
+    free = [r for r in lookups if r["free"]]
+    if not free:
         return None
+    alone = max(free, key=lambda r: r["speedup_est"].value)
     best = max(rows, key=lambda r: r["speedup_est"].value)
     return {"row": alone, "faster_than_all": alone["speedup_est"].value > best["speedup_est"].value,
-            "best": best, "domino_vs": alone["domino_vs"]}
+            "best": best, "domino_vs": alone["domino_vs"],
+            "cost_aware": [{"row": r, "vs": compare(r["bench"], alone["bench"])} for r in lookups if r["adaptive"]]}
 
 
 def _check_inputs(res: dict, card_info: dict, provenance: dict, changes: dict) -> None:
@@ -330,8 +371,14 @@ def _suite_section(res: dict, scope: str) -> list[dict] | None:
                          "near_ties": len(s["near_tie_divergences"])})
         lookups = [{"label": lookup_label(b), "al": estimate(b["summary"], "acceptance_length"),
                     "speedup": estimate(b["summary"], "speedup"), "vs_ref": compare(b, runs[COMPARE_TO]),
-                    "near_ties": len(b["summary"]["near_tie_divergences"]), "domino_vs": compare(runs["domino"], b)}
-                   for b in res.get("lookup", {}).get(suite, {}).values() if b["summary"]["steps"] > 0]
+                    "near_ties": len(b["summary"]["near_tie_divergences"]), "domino_vs": compare(runs["domino"], b),
+                    "free": is_free(b), "bench": b}
+                   for b in res.get("lookup", {}).get(suite, {}).values() if shown(b)]
+        free = [r for r in lookups if r["free"]]
+        best_free = max(free, key=lambda r: r["speedup"].value) if free else None
+        for r in lookups:
+            r["vs_best_free"] = None if best_free is None or r["free"] else compare(r["bench"], best_free["bench"])
+            r["best_free_label"] = None if best_free is None else best_free["label"]
         protocol = runs["baseline"]["protocol"]
         out.append({"suite": suite, "name": _suite_name(runs), "prompts": protocol["prompts"],
                     "turns": protocol.get("turns", 1), "rows": rows, "lookups": lookups,
@@ -385,7 +432,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     order = [*CHECKPOINTS, *(c for c in by_name if c not in CHECKPOINTS)]  # the card's rows, then config order
     rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
     lookups = [_lookup_row(res, run) for run, b in res.get("lookup", {}).get(MAIN_SUITE, {}).items()
-               if b["summary"]["steps"] > 0]  # then the lookup rows that drafted at all
+               if shown(b)]  # then the rows without training of their own that drafted at all, and the cost-aware ones
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     protocol = res["benchmark"]["baseline"]["protocol"]
     scope = claims_scope(card_info["scale"])
@@ -396,7 +443,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
         "lookup_silent": [lookup_label(b) for b in res.get("lookup", {}).get(MAIN_SUITE, {}).values()
-                          if b["summary"]["steps"] == 0],
+                          if not shown(b)],
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
         "other_answers": _other_answers(by_name, order, changes),
         "sampling": _sampling_rows(res, order, temperatures), "suites": _suite_section(res, scope),

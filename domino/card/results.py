@@ -93,7 +93,8 @@ def read_benchmark(p: Path) -> dict:
     prompts = [{k: r[k] for k in keys} | ({"category": r["category"]} if "category" in r else {})
                for r in bench["prompts"]]
     return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
-            "path": str(p), "prompts": prompts, **({"lookup": bench["lookup"]} if "lookup" in bench else {})}
+            "path": str(p), "prompts": prompts,
+            **{k: bench[k] for k in ("lookup", "decoder", "adaptive") if k in bench}}
 
 
 def _one_protocol(runs: dict, what: str) -> None:

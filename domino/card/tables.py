@@ -152,7 +152,7 @@ def conditional_estimates(bench: dict) -> list[Estimate | None]:
 
 class Comparison(NamedTuple):
     """A vs B as relative differences ``A / B - 1`` with paired intervals."""
-    acceptance_length: Estimate
+    acceptance_length: Estimate | None  # None where either run sent no draft
     speedup: Estimate
 
 
@@ -161,7 +161,8 @@ def compare(bench_a: dict, bench_b: dict) -> Comparison:
     A's bootstrap settings."""
     boot = bootstrap_settings(bench_a)
     c = compare_checkpoints(bench_a, bench_b, boot.seed, boot.resamples)
-    return Comparison(Estimate(c.acceptance_length.estimate, c.acceptance_length.low, c.acceptance_length.high),
+    al = c.acceptance_length
+    return Comparison(None if al is None else Estimate(al.estimate, al.low, al.high),
                       Estimate(c.speedup.estimate, c.speedup.low, c.speedup.high))
 
 

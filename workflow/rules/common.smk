@@ -23,7 +23,7 @@ config.update(_validated)
 
 CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config order
 TRAINED = trained_runs(config["checkpoints"], config["train"]["replicates"])  # the checkpoints, then their seed replicates (train.replicates)
-LOOKUPS = lookup_runs(config)  # the n-gram lookup rows (benchmark.ngram): decoded, never trained
+LOOKUPS = lookup_runs(config)  # the rows of domino.decoders (lookup, suffix cache, cost-aware): decoded, never trained
 RUNS = ["baseline"] + TRAINED + LOOKUPS  # every results/benchmark/{suite}/{run}.json
 SUITES = config["benchmark"]["suites"]  # one benchmark job each; HumanEval's results are the card's main tables
 EMBEDDED = config["verifier"]["source"] == "embedded"

@@ -1,0 +1,394 @@
+"""Cost-aware drafting: at each step send the draft, and the number of its tokens, that pays most
+on this machine, or none.
+
+The rule (renewal-reward, as in Dinkelbach's ratio maximisation): a step that sends k drafts
+yields ``E_k = 1 + sum_{j=1..k} prod_{i<=j} p_i`` tokens in expectation (the bonus token, then
+each draft accepted only if every one before it was; ``p_i`` the probability that draft i is
+accepted when the ones before it were) and costs ``c(k+1)`` seconds, a verifier forward over
+k + 1 rows (``CostCurve``, measured on this machine and dtype before the timed decodes). At a
+rate of ``R`` tokens per second the step is worth ``E_k - R c(k+1)``; the best k maximises it
+(``best_prefix``), k = 0 (a plain step, worth ``1 - R c(1)``) always a candidate. ``R`` is the
+rate the decoder has reached so far in the request by the cost model, never below plain
+decoding's ``1 / c(1)``, so no step is chosen that a plain step beats in expectation.
+
+The drafter drafts two slots more than it has sent lately (an average), since each slot of a
+Domino head costs a GRU step; a slot past them would be verified by no step.
+
+The ``p_i`` come from each source's own estimate of its token (a drafter's softmax probability of
+its token, the suffix cache's frequency ratio, the n-gram lookup's slot), mapped through a
+``Calibration`` learnt online from the steps already verified in the job: only tokens the
+verifier has judged, never the one being drafted.
+
+A trained drafter costs a forward before its draft is known, so whether to run it is decided
+before: it runs when the value its drafts have had (an average over its earlier drafts, kept
+apart by what the step before was: a draft accepted in part or whole, a draft rejected, a plain
+step) minus ``R`` times its cost beats the best draft the free sources offer. Its cost starts at
+the curve's ``drafter`` and follows what its runs take in the request (an average of their
+seconds, the context handed to it included). It runs anyway after ``probe_every`` steps without
+it, a wait that doubles each time a probe's draft is not sent (up to 16 times), so that the
+average follows the text without a useless drafter costing a forward every few steps. Its
+context (the verifier's states of committed rows) is handed to it only when it drafts, all
+pending rows in one forward (``LazyContext``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one verifier forward over k = 1 .. len(verify) rows (``verify[k - 1]``) against
+    a KV cache at a typical context length, and of one forward of the trained drafter over its
+    block with its head (``drafter``; None where no trained drafter is measured), on this machine
+    and dtype: ``domino.bench.costs.measure_costs``."""
+
+    verify: tuple[float, ...]
+    drafter: float | None = None
+    context_tokens: int = 0  # the context length they were measured at
+
+    def rows(self, k: int) -> float:
+        """A verifier forward over ``k`` rows (past the curve's end: its last slope, extended)."""
+        v = self.verify
+        if k <= len(v):
+            return v[k - 1]
+        slope = (v[-1] - v[0]) / (len(v) - 1) if len(v) > 1 else 0.0
+        return v[-1] + slope * (k - len(v))
+
+    @property
+    def plain_rate(self) -> float:
+        """Tokens per second of plain decoding by the curve: one token per one-row forward."""
+        return 1.0 / self.verify[0]
+
+    def record(self) -> dict:
+        return {"verify_seconds": list(self.verify), "drafter_seconds": self.drafter,
+                "context_tokens": self.context_tokens}
+
+
+def expected_tokens(p: list[float]) -> list[float]:
+    """``E_k`` for k = 0 .. len(p): the tokens a step yields in expectation when it sends the
+    first k drafts, ``p[i]`` each one's acceptance probability given the ones before it were
+    accepted. ``E_0 = 1`` (the verifier's own token)."""
+    out, alive = [1.0], 1.0
+    for q in p:
+        alive *= q
+        out.append(out[-1] + alive)
+    return out
+
+
+def best_prefix(p: list[float], costs: CostCurve, rate: float) -> tuple[int, float]:
+    """The k in 0 .. len(p) that maximises ``E_k - rate * c(k + 1)``, and that value (ties: the
+    smaller k)."""
+    best_k, best_v = 0, -math.inf
+    for k, e in enumerate(expected_tokens(p)):
+        v = e - rate * costs.rows(k + 1)
+        if v > best_v + 1e-12:
+            best_k, best_v = k, v
+    return best_k, best_v
+
+
+class Calibration:
+    """The probability that a draft token is accepted, given the tokens before it were, as a
+    function of its source's own estimate ``q``: per source and slot group, ``bins`` equal bins of
+    ``q`` in [0, 1], each a Beta prior centred on the bin's middle (``prior`` pseudo-tokens) plus
+    the tokens the verifier has judged there. Slot groups: 0, 1, 2 and 3 or later."""
+
+    def __init__(self, bins: int = 10, prior: float = 2.0):
+        self.bins, self.prior = bins, prior
+        self.counts: dict[tuple[str, int, int], list[int]] = {}  # key -> [accepted, judged]
+
+    def _key(self, source: str, slot: int, q: float) -> tuple[str, int, int]:
+        return source, min(slot, 3), min(self.bins - 1, max(0, int(q * self.bins)))
+
+    def p(self, source: str, slot: int, q: float) -> float:
+        key = self._key(source, slot, q)
+        acc, n = self.counts.get(key, (0, 0))
+        mid = (key[2] + 0.5) / self.bins
+        return (acc + self.prior * mid) / (n + self.prior)
+
+    def observe(self, source: str, slot: int, q: float, accepted: bool) -> None:
+        c = self.counts.setdefault(self._key(source, slot, q), [0, 0])
+        c[0] += int(accepted)
+        c[1] += 1
+
+    def table(self) -> list[dict]:
+        """Every bin judged at least once: source, slot group, the bin's range of ``q``, tokens
+        judged and the share accepted (the calibration curve)."""
+        return [{"source": s, "slot": slot, "q": [b / self.bins, (b + 1) / self.bins], "judged": n,
+                 "accepted_share": acc / n}
+                for (s, slot, b), (acc, n) in sorted(self.counts.items()) if n]
+
+
+class LazyContext:
+    """A ``domino.decode.NeuralDraft`` whose context rows are queued and handed to it in one
+    forward when it next drafts (``flush``), instead of one forward per verified step."""
+
+    def __init__(self, neural):
+        self.neural = neural
+        self.pending: list[torch.Tensor] = []
+        self.start = 0
+
+    def reset(self, prompt_ids) -> None:
+        self.neural.reset(prompt_ids)
+        self.pending = []
+
+    def add(self, aux: torch.Tensor, start: int) -> None:
+        if not self.pending:
+            self.start = start
+        self.pending.append(aux)
+
+    def flush(self) -> None:
+        if self.pending:
+            aux = self.pending[0] if len(self.pending) == 1 else torch.cat(self.pending, 1)
+            self.neural.add_context(aux, self.start)
+            self.pending = []
+
+
+@dataclass
+class Choice:
+    """What one step sent: the source (``"none"`` for a plain step), its tokens and their
+    estimates, and whether the trained drafter ran."""
+
+    source: str
+    tokens: list[int] = field(default_factory=list)
+    estimates: list[float] = field(default_factory=list)
+    drafter_ran: bool = False
+
+
+def drafter_estimates(logits: torch.Tensor) -> list[float]:
+    """A drafter's own estimate of each drafted token: its softmax probability in the slot's
+    final logits (n, Vd), the token being the slot's argmax (greedy drafting)."""
+    if logits.shape[0] == 0:
+        return []
+    return torch.softmax(logits.float(), -1).amax(-1).tolist()
+
+
+class CostAwareDraft:
+    """The decoder of the module docstring, over a trained drafter (``neural``, a
+    ``NeuralDraft``; None: none) and free sources (``free``: name -> a drafter with ``advance``,
+    ``best`` and ``sent``, as ``domino.suffix.SuffixDraft`` and ``NgramSource`` have). Row
+    ``<checkpoint>-adaptive`` is the drafter alone; row ``hybrid`` the drafter with the suffix
+    cache and the n-gram lookup.
+
+    ``costs`` (a ``CostCurve``) must be set before decoding. ``chosen`` counts, over the decoder's
+    life, the steps each source was sent and the tokens it sent; ``calibration`` is shared by every
+    request of the job."""
+
+    variable_drafts = True  # the loop records every step that sent a draft, whatever its length
+
+    def __init__(self, neural=None, free: dict | None = None, drafts_per_step: int | None = None,
+                 probe_every: int = 16, costs: CostCurve | None = None):
+        if neural is None and not free:
+            raise ValueError("a cost-aware decoder needs a trained drafter or a free source")
+        self.neural = None if neural is None else LazyContext(neural)
+        self.free = dict(free or {})
+        self._aux_layer_ids = neural.aux_layer_ids if neural is not None else None
+        self.use_drafter = neural is not None  # in the current request (``plan``)
+        self.gain: float | None = None  # what the drafter's runs have gained lately, tokens a run (average)
+        self.benched_requests = 0  # requests left before the next that probes a drafter whose runs did not pay
+        self.bench_length = 1
+        self.requests = self.plain_requests = 0
+        sizes = [d.drafts_per_step for d in self.free.values()] + ([neural.drafts_per_step] if neural else [])
+        self.drafts_per_step = drafts_per_step or max(sizes)
+        self.probe_every = probe_every
+        self.costs = costs
+        self.calibration = Calibration()
+        # the drafter's average step value by what the step before was ("accepted", "rejected", "plain")
+        self.value: dict[str, float | None] = {"accepted": None, "rejected": None, "plain": None}
+        self.drafter_seconds: float | None = None  # its runs' average seconds (None: the curve's, before any)
+        self.backoff = 0  # probes in a row whose draft was not sent
+        self.sent_k, self.slots = float(self.drafts_per_step), self.drafts_per_step  # drafts sent lately; slots drafted
+        self.chosen: dict[str, list[int]] = {}  # source -> [steps, tokens sent]
+        self.drafter_runs = 0
+        self._reset_request()
+
+    def _reset_request(self) -> None:
+        self.last: tuple[int, Choice] = (-1, Choice("none"))
+        self.since_drafter = 0
+        self.tokens_so_far, self.seconds_so_far = 0.0, 0.0
+        self.before = "plain"  # what the step before was
+
+    @property
+    def aux_layer_ids(self):
+        """The verifier states the loop hands over: the drafter's, in a request it may draft in."""
+        return self._aux_layer_ids if self.use_drafter else None
+
+    def plan(self, prompt_ids: list[int]) -> bool:
+        """Before a request: whether the drafter may run in it (its runs have paid lately, or this
+        request probes it), and whether the request needs the speculative loop at all (False: no
+        free source and no drafter, so ``domino.decode.decode`` decodes it plainly, without the
+        loop's bookkeeping)."""
+        if self.costs is None:
+            raise RuntimeError("a cost-aware decoder decodes only after its costs are measured (CostAwareDraft.costs)")
+        self.use_drafter = self.neural is not None and (self.benched_requests <= 0 or self.gain is None or self.gain > 0)
+        if self.neural is not None and not self.use_drafter:
+            self.benched_requests -= 1
+        self.requests += 1
+        self.plain_requests += not (self.use_drafter or self.free)
+        return self.use_drafter or bool(self.free)
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        if self.costs is None:
+            raise RuntimeError("a cost-aware decoder decodes only after its costs are measured (CostAwareDraft.costs)")
+        if self.use_drafter:
+            self.neural.reset(prompt_ids)
+        for d in self.free.values():
+            d.reset(prompt_ids)
+        self._reset_request()
+
+    def learn(self, answer: list[int]) -> None:
+        for d in self.free.values():
+            if hasattr(d, "learn"):
+                d.learn(answer)
+
+    def add_context(self, aux, start: int) -> None:
+        if self.use_drafter:
+            self.neural.add(aux, start)
+
+    @property
+    def rate(self) -> float:
+        """``R``: the request's tokens per second so far by the cost model, at least plain decoding's."""
+        plain = self.costs.plain_rate
+        return max(plain, self.tokens_so_far / self.seconds_so_far) if self.seconds_so_far > 0 else plain
+
+    def _judge(self, anchor_pos: int) -> None:
+        """What the previous step's drafts became: calibration, the drafter's value, the rate."""
+        prev_pos, choice = self.last
+        if prev_pos < 0:
+            return
+        accepted = anchor_pos - prev_pos - 1
+        for j, q in enumerate(choice.estimates[: accepted + 1]):
+            self.calibration.observe(choice.source, j, q, j < accepted)
+        self.before = "plain" if not choice.tokens else "accepted" if accepted > 0 else "rejected"
+        self.tokens_so_far += accepted + 1
+        self.seconds_so_far += self.costs.rows(len(choice.tokens) + 1) + (
+            self.drafter_cost if choice.drafter_ran else 0.0)
+
+    @property
+    def drafter_cost(self) -> float:
+        return self.costs.drafter if self.drafter_seconds is None else self.drafter_seconds
+
+    def _probs(self, source: str, estimates: list[float]) -> list[float]:
+        return [self.calibration.p(source, j, q) for j, q in enumerate(estimates)]
+
+    def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
+        self._judge(anchor_pos)
+        R = self.rate
+        best = Choice("none")
+        best_value = 1.0 - R * self.costs.rows(1)  # a plain step
+        for name, d in self.free.items():
+            d.advance(anchor, anchor_pos)
+            tokens, estimates = d.best(min(n, d.drafts_per_step)) if n > 0 else ([], [])
+            k, v = best_prefix(self._probs(name, estimates), self.costs, R)
+            if k > 0 and v > best_value:
+                best, best_value = Choice(name, tokens[:k], estimates[:k]), v
+        if self.use_drafter and n > 0 and self._drafter_pays(R, best_value):
+            t0 = time.perf_counter()
+            self.neural.flush()
+            nd = self.neural.neural
+            tokens, logits = nd.drafter.draft(anchor, anchor_pos, nd.kv, min(n, nd.drafts_per_step, self.slots),
+                                              return_logits=True, tables=nd.tables)
+            estimates = drafter_estimates(logits)
+            seconds = time.perf_counter() - t0
+            self.drafter_seconds = seconds if self.drafter_seconds is None else 0.9 * self.drafter_seconds + 0.1 * seconds
+            k, v = best_prefix(self._probs("drafter", estimates), self.costs, R)
+            avg = self.value[self.before]
+            self.value[self.before] = v if avg is None else 0.8 * avg + 0.2 * v
+            self.since_drafter, self.drafter_runs = 0, self.drafter_runs + 1
+            gain = max(0.0, v - best_value) - R * self.drafter_cost  # against what the step had without it
+            self.gain = gain if self.gain is None else 0.9 * self.gain + 0.1 * gain
+            if k > 0 and v > best_value:
+                best = Choice("drafter", tokens[:k], estimates[:k])
+                self.backoff = 0
+            else:
+                self.backoff = min(self.backoff + 1, 4)
+            # draft two slots more than the drafts sent lately: a slot past them costs a GRU step for nothing
+            self.sent_k = 0.9 * self.sent_k + 0.1 * len(best.tokens if best.source == "drafter" else [])
+            self.slots = max(2, math.ceil(self.sent_k) + 2)
+            best.drafter_ran = True
+        elif self.use_drafter:
+            self.since_drafter += 1
+        for d in self.free.values():
+            d.sent(anchor_pos, best.tokens)
+        steps = self.chosen.setdefault(best.source, [0, 0])
+        steps[0] += 1
+        steps[1] += len(best.tokens)
+        self.last = (anchor_pos, best)
+        return best.tokens
+
+    def finish(self) -> None:
+        """After a request: a drafter whose runs have not paid lately sits out the next requests,
+        twice as many each time it is probed and still does not pay (at most 64)."""
+        if self.use_drafter and self.gain is not None:
+            if self.gain > 0:
+                self.bench_length = 1
+            else:
+                self.benched_requests = self.bench_length
+                self.bench_length = min(64, self.bench_length * 2)
+
+    def _drafter_pays(self, R: float, best_free: float) -> bool:
+        avg = self.value[self.before]
+        if avg is None or self.since_drafter >= self.probe_every << self.backoff:
+            return True
+        return avg - R * self.drafter_cost > best_free
+
+    def record(self) -> dict:
+        """What a results file says of the decoder's choices (``adaptive``)."""
+        return {"costs": self.costs.record() if self.costs else None,
+                "chosen": {s: {"steps": n, "tokens": t} for s, (n, t) in sorted(self.chosen.items())},
+                "drafter_runs": self.drafter_runs, "requests": self.requests, "plain_requests": self.plain_requests,
+                "calibration": self.calibration.table()}
+
+
+class NgramSource:
+    """The n-gram lookup (``domino.decode.NgramDraft``) as a free source of ``CostAwareDraft``: its
+    draft and, as its estimate of each token, the share of the match's length in the longest
+    n-gram looked up (the calibration learns what each is worth per slot)."""
+
+    def __init__(self, lookup):
+        self.lookup = lookup
+        self.drafts_per_step = lookup.drafts_per_step
+
+    def reset(self, prompt_ids) -> None:
+        self.lookup.reset(prompt_ids)
+
+    def advance(self, anchor: int, anchor_pos: int) -> None:
+        self.lookup.advance(anchor, anchor_pos)
+
+    def best(self, n: int) -> tuple[list[int], list[float]]:
+        tokens, m = self.lookup.match(n)
+        return tokens, [m / self.lookup.max_n] * len(tokens)
+
+    def sent(self, anchor_pos: int, drafts: list[int]) -> None:
+        self.lookup.sent(anchor_pos, drafts)
+
+
+class SuffixSource:
+    """The suffix cache (``domino.suffix.SuffixDraft``) as a free source of ``CostAwareDraft``: its
+    draft and, as its estimate of each token, the frequency ratio of that token alone (the
+    conditional the rule multiplies)."""
+
+    def __init__(self, suffix):
+        self.suffix = suffix
+        self.drafts_per_step = suffix.drafts_per_step
+
+    def reset(self, prompt_ids) -> None:
+        self.suffix.reset(prompt_ids)
+
+    def learn(self, answer) -> None:
+        self.suffix.learn(answer)
+
+    def advance(self, anchor: int, anchor_pos: int) -> None:
+        self.suffix.advance(anchor, anchor_pos)
+
+    def best(self, n: int) -> tuple[list[int], list[float]]:
+        d = self.suffix.best(n)
+        cond = [p / q for p, q in zip(d.probs, [1.0, *d.probs[:-1]])]
+        return d.tokens, cond
+
+    def sent(self, anchor_pos: int, drafts: list[int]) -> None:
+        self.suffix.sent(anchor_pos, drafts)

@@ -1,0 +1,156 @@
+"""The decoders a benchmark job runs beside plain greedy and the trained drafters that need no
+training of their own, behind one seam: a ``Kind`` per decoder (its config section, the label the
+card gives its row, whether it drafts with a trained checkpoint, and how it is built), and
+``decoder_specs`` turning ``benchmark`` config into the job's rows, in order. Run names, the
+workflow's outputs, the results files' ``decoder`` record and the card's rows all come from here;
+``docs/extending.md`` shows the whole change for a new decoder.
+
+Light on import (the workflow reads the run names): what a decoder is built from is imported
+only when ``build`` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """One row: its run name, its ``Kind``'s name, the settings it is built with (a copy of its
+    config sections) and the checkpoint it drafts with (None: none)."""
+
+    run: str
+    kind: str
+    settings: dict = field(default_factory=dict)
+    checkpoint: str | None = None
+
+    def __hash__(self) -> int:  # a job's rows are keyed by spec; a run name is one row
+        return hash((self.run, self.kind, self.checkpoint))
+
+    @property
+    def label(self) -> str:
+        """How the card names the row, ``{checkpoint}`` standing for its checkpoint's label."""
+        return KINDS[self.kind].label
+
+    @property
+    def free(self) -> bool:
+        """A model-free row (no trained drafter): the bar a trained drafter must clear."""
+        return KINDS[self.kind].free
+
+    def record(self) -> dict:
+        """What a results file says of the row (``decoder``)."""
+        return {"kind": self.kind, "label": self.label, "free": self.free, "checkpoint": self.checkpoint,
+                "settings": self.settings}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A decoder: ``rows(bench, checkpoints)`` its specs from the ``benchmark`` section (none when
+    off), ``label`` how the card names its row (``{checkpoint}``: the checkpoint's label, which the
+    card fills in), ``free`` whether it drafts without a
+    trained checkpoint, ``build(spec, neural)`` the drafter the loop decodes with (``neural``: the
+    checkpoint's ``domino.decode.NeuralDraft``, or None)."""
+
+    rows: Callable[[dict, list[str]], list[DecoderSpec]]
+    label: str
+    free: bool
+    build: Callable[[DecoderSpec, object], object]
+
+
+def _ngram_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
+    ng = bench["ngram"]
+    settings = {k: ng[k] for k in ("max_n", "min_n", "drafts")}
+    return [DecoderSpec("ngram", "ngram", settings)] if ng["enabled"] else []
+
+
+def _ngram_then_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
+    ng = bench["ngram"]
+    if not ng["enabled"] or ng["then"] is None:
+        return []
+    return [DecoderSpec(f"ngram-{ng['then']}", "ngram-then", {k: ng[k] for k in ("max_n", "min_n", "drafts")},
+                        ng["then"])]
+
+
+def _suffix_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
+    s = bench["suffix"]
+    return [DecoderSpec("suffix", "suffix", {k: v for k, v in s.items() if k != "enabled"})] if s["enabled"] else []
+
+
+def _cost_aware_settings(bench: dict) -> dict:
+    ca = bench["cost_aware"]
+    return {"probe_every": ca["probe_every"]}
+
+
+def _adaptive_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
+    ca = bench["cost_aware"]
+    if ca["checkpoint"] is None or not ca["adaptive"]:
+        return []
+    return [DecoderSpec(f"{ca['checkpoint']}-adaptive", "adaptive", _cost_aware_settings(bench), ca["checkpoint"])]
+
+
+def _hybrid_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
+    ca = bench["cost_aware"]
+    if ca["checkpoint"] is None or not ca["hybrid"]:
+        return []
+    settings = {**_cost_aware_settings(bench), "free": list(ca["free"])}
+    if "suffix" in ca["free"]:
+        settings["suffix"] = {k: v for k, v in bench["suffix"].items() if k != "enabled"} | dict(ca.get("suffix") or {})
+    if "ngram" in ca["free"]:
+        settings["ngram"] = {k: bench["ngram"][k] for k in ("max_n", "min_n", "drafts")}
+    return [DecoderSpec("hybrid", "hybrid", settings, ca["checkpoint"])]
+
+
+def _build_ngram(spec: DecoderSpec, neural):
+    from .decode import NgramDraft
+    s = spec.settings
+    return NgramDraft(s["drafts"], s["max_n"], s["min_n"])
+
+
+def _build_ngram_then(spec: DecoderSpec, neural):
+    from .decode import LookupThenDraft
+    return LookupThenDraft(neural, spec.settings["max_n"], spec.settings["min_n"])
+
+
+def _suffix(s: dict):
+    from .suffix import SuffixDraft
+    return SuffixDraft(s["drafts"], s["max_depth"], s["max_spec_factor"], s["max_spec_offset"], s["min_token_prob"])
+
+
+def _build_adaptive(spec: DecoderSpec, neural):
+    from .adaptive import CostAwareDraft
+    return CostAwareDraft(neural, probe_every=spec.settings["probe_every"])
+
+
+def _build_hybrid(spec: DecoderSpec, neural):
+    from .adaptive import CostAwareDraft, NgramSource, SuffixSource
+    s = spec.settings
+    free = {"suffix": lambda: SuffixSource(_suffix(s["suffix"])),
+            "ngram": lambda: NgramSource(_build_ngram(DecoderSpec("", "ngram", s["ngram"]), None))}
+    return CostAwareDraft(neural, {name: free[name]() for name in s["free"]}, probe_every=s["probe_every"])
+
+
+# The registry, in the order a job's rows are listed: the model-free rows, then those over a checkpoint.
+KINDS: dict[str, Kind] = {
+    "ngram": Kind(_ngram_rows, "n-gram lookup, no training", True, _build_ngram),
+    "suffix": Kind(_suffix_rows, "suffix cache, no training", True, lambda spec, n: _suffix(spec.settings)),
+    "ngram-then": Kind(_ngram_then_rows, "n-gram lookup, then {checkpoint}", False, _build_ngram_then),
+    "adaptive": Kind(_adaptive_rows, "{checkpoint}, cost-aware", False, _build_adaptive),
+    "hybrid": Kind(_hybrid_rows, "hybrid: {checkpoint}, the free drafts or none, cost-aware", False,
+                   _build_hybrid),
+}
+
+RESERVED = ("baseline", "ngram", "suffix", "hybrid")  # run names no checkpoint may take
+RESERVED_PATTERNS = ("ngram-*", "*-adaptive")
+
+
+def decoder_specs(bench: dict, checkpoints=()) -> list[DecoderSpec]:
+    """The job's untrained rows from the ``benchmark`` config section, in ``KINDS`` order."""
+    return [spec for kind in KINDS.values() for spec in kind.rows(bench, list(checkpoints))]
+
+
+def build(spec: DecoderSpec, neural=None):
+    """The drafter of ``spec``'s row; ``neural``: its checkpoint's ``NeuralDraft`` where it has one."""
+    if KINDS[spec.kind].free != (spec.checkpoint is None):
+        raise ValueError(f"decoder {spec.run}: kind {spec.kind} {'needs no' if KINDS[spec.kind].free else 'needs a'} checkpoint")
+    return KINDS[spec.kind].build(spec, neural)

@@ -1,0 +1,124 @@
+"""Cost-aware drafting (``domino.adaptive``): the rule's pure parts against hand-computed cases,
+and every cost-aware decoder lossless in the loop."""
+
+import pytest
+import torch
+
+from conftest import tiny_drafter
+from domino.adaptive import (
+    Calibration,
+    CostAwareDraft,
+    CostCurve,
+    NgramSource,
+    SuffixSource,
+    best_prefix,
+    expected_tokens,
+)
+from domino.decode import NeuralDraft, NgramDraft, OracleDraft, decode
+from domino.suffix import SuffixDraft
+
+
+def test_expected_tokens_by_hand():
+    # E_0 = 1; E_1 = 1 + 0.5; E_2 = 1.5 + 0.5 * 0.4 = 1.7; E_3 = 1.7 + 0.2 * 1.0 = 1.9
+    assert expected_tokens([0.5, 0.4, 1.0]) == pytest.approx([1.0, 1.5, 1.7, 1.9])
+
+
+def test_best_prefix_by_hand():
+    # rows cost 1.0, 1.1, 1.2, 2.0 s; at rate 1 token/s: values 1-1 = 0, 1.5-1.1 = 0.4,
+    # 1.7-1.2 = 0.5, 1.9-2.0 = -0.1 -> two drafts
+    costs = CostCurve((1.0, 1.1, 1.2, 2.0))
+    assert best_prefix([0.5, 0.4, 1.0], costs, 1.0) == (2, pytest.approx(0.5))
+    # at a rate where every extra row costs more than it yields: a plain step
+    assert best_prefix([0.5, 0.4, 1.0], costs, 5.0)[0] == 0
+    # a flat curve sends everything that has any chance
+    assert best_prefix([0.5, 0.4, 1.0], CostCurve((1.0,) * 4), 1.0)[0] == 3
+
+
+def test_the_curve_extends_its_last_slope():
+    c = CostCurve((1.0, 1.5, 2.0))
+    assert c.rows(3) == 2.0 and c.rows(5) == pytest.approx(3.0)
+    assert c.plain_rate == 1.0
+
+
+def test_calibration_starts_at_the_estimate_and_learns_the_acceptance():
+    cal = Calibration(bins=10, prior=2.0)
+    assert cal.p("s", 0, 0.93) == pytest.approx(0.95)  # the bin's middle, before any token is judged
+    for _ in range(8):
+        cal.observe("s", 0, 0.93, False)
+    assert cal.p("s", 0, 0.93) == pytest.approx(1.9 / 10)  # (0 + 2 * 0.95) / (8 + 2)
+    assert cal.p("s", 1, 0.93) == pytest.approx(0.95)  # another slot group keeps its prior
+    assert cal.table() == [{"source": "s", "slot": 0, "q": [0.9, 1.0], "judged": 8, "accepted_share": 0.0}]
+
+
+def _prompts(n, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab - 1, (int(torch.randint(2, 30, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+def _decoders(verifier, costs):
+    drafter = tiny_drafter(verifier, projector="domino", shift_label=True)
+    return {
+        "adaptive": CostAwareDraft(NeuralDraft(drafter), costs=costs),
+        "hybrid": CostAwareDraft(NeuralDraft(drafter), {"suffix": SuffixSource(SuffixDraft(6)),
+                                                        "ngram": NgramSource(NgramDraft(5))}, costs=costs),
+        "free": CostAwareDraft(None, {"suffix": SuffixSource(SuffixDraft(6))}, costs=costs),
+    }
+
+
+@pytest.mark.parametrize("curve", [(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0), (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)])
+def test_cost_aware_decoders_are_lossless(verifier, curve):
+    """Whatever each step sends (flat costs send much, steep costs little), the output is plain greedy's."""
+    costs = CostCurve(curve, drafter=0.2)
+    for name, draft in _decoders(verifier, costs).items():
+        for i, prompt in enumerate(_prompts(10, verifier.config.vocab_size, seed=3)):
+            ref = decode(verifier, prompt, 30)
+            out = decode(verifier, prompt, 30, draft=draft)
+            assert out.new_token_ids == ref.new_token_ids, (name, i)
+            draft.learn(out.new_token_ids)
+        chosen = draft.record()["chosen"]
+        assert sum(c["steps"] for c in chosen.values()) > 0
+
+
+def test_a_drafter_that_is_always_right_is_sent_and_a_costly_useless_one_is_not(verifier):
+    """With the oracle's tokens (always accepted) and cheap rows the decoder sends long drafts;
+    when rows cost as much as a plain step each, it sends none once calibration has seen them fail."""
+    prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
+    full = decode(verifier, prompt, 40).new_token_ids
+
+    class Oracle(SuffixSource):  # the oracle as a free source, its estimate 1.0 for each token
+        def __init__(self):
+            self.o, self.drafts_per_step = OracleDraft(full, 6), 6
+
+        def reset(self, prompt_ids):
+            self.o.reset(prompt_ids)
+
+        def advance(self, anchor, anchor_pos):
+            self.pos = anchor_pos
+
+        def best(self, n):
+            toks = self.o.propose(0, self.pos, n)
+            return toks, [1.0] * len(toks)
+
+        def sent(self, anchor_pos, drafts):
+            pass
+
+    cheap = CostAwareDraft(None, {"oracle": Oracle()}, costs=CostCurve((1.0,) + (1.01,) * 6))
+    out = decode(verifier, prompt, 40, draft=cheap)
+    assert out.new_token_ids == full and min(out.accepted_per_step[:-1]) == 6
+
+    class Wrong(Oracle):
+        def best(self, n):
+            toks, est = super().best(n)
+            return [(t + 1) % 90 for t in toks], est
+
+    costly = CostAwareDraft(None, {"wrong": Wrong()}, costs=CostCurve(tuple(float(k) for k in range(1, 8))))
+    out = decode(verifier, prompt, 40, draft=costly)
+    assert out.new_token_ids == full
+    assert costly.chosen["none"][0] > costly.chosen.get("wrong", [0])[0]
+
+
+def test_a_cost_aware_decoder_needs_its_costs(verifier):
+    d = CostAwareDraft(None, {"suffix": SuffixSource(SuffixDraft(4))})
+    with pytest.raises(RuntimeError, match="after its costs are measured"):
+        decode(verifier, [1, 2, 3], 5, draft=d)
