@@ -28,7 +28,10 @@ seconds, the context handed to it included). It runs anyway after ``probe_every`
 it, a wait that doubles each time a probe's draft is not sent (up to 16 times), so that the
 average follows the text without a useless drafter costing a forward every few steps. Its
 context (the verifier's states of committed rows) is handed to it only when it drafts, all
-pending rows in one forward (``LazyContext``).
+pending rows in one forward (``LazyContext``). A request in which its runs did not pay, by their
+expected gain summed, or in which it never ran, benches it for the next requests (1, 2, 4, ... up
+to 64 after each such request; back to 1 after one that paid): a request without it and without
+a free source is decoded by the plain loop (``plan``), at plain decoding's cost.
 """
 
 from __future__ import annotations
@@ -188,7 +191,7 @@ class CostAwareDraft:
         self.free = dict(free or {})
         self._aux_layer_ids = neural.aux_layer_ids if neural is not None else None
         self.use_drafter = neural is not None  # in the current request (``plan``)
-        self.gain: float | None = None  # what the drafter's runs have gained lately, tokens a run (average)
+        self.request_gain: float | None = None
         self.benched_requests = 0  # requests left before the next that probes a drafter whose runs did not pay
         self.bench_length = 1
         self.requests = self.plain_requests = 0
@@ -218,13 +221,14 @@ class CostAwareDraft:
         return self._aux_layer_ids if self.use_drafter else None
 
     def plan(self, prompt_ids: list[int]) -> bool:
-        """Before a request: whether the drafter may run in it (its runs have paid lately, or this
-        request probes it), and whether the request needs the speculative loop at all (False: no
+        """Before a request: whether the drafter may run in it (it is not sitting out requests
+        after runs that did not pay, ``finish``), and whether the request needs the speculative loop at all (False: no
         free source and no drafter, so ``domino.decode.decode`` decodes it plainly, without the
         loop's bookkeeping)."""
         if self.costs is None:
             raise RuntimeError("a cost-aware decoder decodes only after its costs are measured (CostAwareDraft.costs)")
-        self.use_drafter = self.neural is not None and (self.benched_requests <= 0 or self.gain is None or self.gain > 0)
+        self.use_drafter = self.neural is not None and self.benched_requests <= 0
+        self.request_gain: float | None = None  # what the drafter's runs gained in this request
         if self.neural is not None and not self.use_drafter:
             self.benched_requests -= 1
         self.requests += 1
@@ -300,7 +304,7 @@ class CostAwareDraft:
             self.value[self.before] = v if avg is None else 0.8 * avg + 0.2 * v
             self.since_drafter, self.drafter_runs = 0, self.drafter_runs + 1
             gain = max(0.0, v - best_value) - R * self.drafter_cost  # against what the step had without it
-            self.gain = gain if self.gain is None else 0.9 * self.gain + 0.1 * gain
+            self.request_gain = gain + (self.request_gain or 0.0)
             if k > 0 and v > best_value:
                 best = Choice("drafter", tokens[:k], estimates[:k])
                 self.backoff = 0
@@ -321,14 +325,16 @@ class CostAwareDraft:
         return best.tokens
 
     def finish(self) -> None:
-        """After a request: a drafter whose runs have not paid lately sits out the next requests,
-        twice as many each time it is probed and still does not pay (at most 64)."""
-        if self.use_drafter and self.gain is not None:
-            if self.gain > 0:
-                self.bench_length = 1
-            else:
-                self.benched_requests = self.bench_length
-                self.bench_length = min(64, self.bench_length * 2)
+        """After a request: a drafter whose runs did not pay in it, summed by their expected gain
+        (or that never ran), sits out the next requests, twice as many each time it is tried again
+        and still does not pay (at most 64)."""
+        if not self.use_drafter:
+            return
+        if self.request_gain is not None and self.request_gain > 0:
+            self.bench_length = 1
+        else:
+            self.benched_requests = self.bench_length
+            self.bench_length = min(64, self.bench_length * 2)
 
     def _drafter_pays(self, R: float, best_free: float) -> bool:
         avg = self.value[self.before]

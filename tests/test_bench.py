@@ -206,12 +206,23 @@ def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
     assert json.loads((tmp_path / "paired.json").read_text())["rows"][2]["run"] == "domino"
 
 
-def test_rotation_puts_every_decoder_in_every_place_over_k_prompts():
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8])
+def test_rotation_balances_places_and_predecessors(k):
+    """Over a cycle (k prompts, 2k for odd k) every decoder takes every place equally often and
+    follows every other decoder equally often (a Williams design); a cyclic rotation did the first only."""
+    from collections import Counter
+
     from domino.bench.timing import rotation
-    names = ("baseline", "a", "b", "c")
+    names = ("baseline", *"abcdefg")[:k]
+    cycle = k if k % 2 == 0 else 2 * k
     for start in (0, 3, 7):
-        places = {n: sorted(rotation(names, i).index(n) for i in range(start, start + len(names))) for n in names}
-        assert all(p == [0, 1, 2, 3] for p in places.values()), places
+        orders = [rotation(names, i) for i in range(start, start + cycle)]
+        assert all(sorted(o) == sorted(names) for o in orders)
+        places = Counter((n, o.index(n)) for o in orders for n in names)
+        assert set(places.values()) == {cycle // k}, places
+        follows = Counter((o[j], o[j + 1]) for o in orders for j in range(k - 1))
+        if k > 1:
+            assert len(follows) == k * (k - 1) and set(follows.values()) == {cycle // k}, follows
 
 
 def test_timed_restores_the_garbage_collector_even_on_error():

@@ -67,7 +67,7 @@ def _error_lines(log: Path) -> list[str]:
 VALIDATE = ("validate", {"checkpoint_dir": "results/train/domino/checkpoint",
                          "features": "results/extract_hidden_states/val/index.json", "out": "results/validate/domino.json"},
             {"checkpoint": "domino"}, ["results/validate/domino.json"])
-LOOKUPS = ("ngram", "ngram-domino")  # benchmark.ngram's rows
+LOOKUPS = ("ngram", "suffix", "domino-adaptive", "hybrid")  # the rows of domino.decoders by default
 BENCHMARK = ("benchmark", {"runs": list(RUNS), "verifier": "results/verifier/model",
                            "checkpoint_dirs": [f"results/train/{r}/checkpoint" for r in RUNS],
                            "baseline": "results/benchmark/humaneval/baseline.json",

@@ -78,7 +78,7 @@ def test_the_card_sets_the_lookup_rows_beside_the_drafters(tmp_path):
     assert "The lookup-then-Domino row is not decoded" not in card
     appendix = (tmp_path / "with" / "model_card_appendix.md").read_text()
     assert "## Cost-aware decoding" in appendix and "| Rows verified | 1 | 2 |" in appendix
-    assert "| hybrid: Domino, the free drafts or none, cost-aware | the suffix cache |" in appendix
+    assert "| HumanEval | hybrid: Domino, the free drafts or none, cost-aware | the suffix cache |" in appendix
     report.build_report(load("config.yaml"), FIXTURE, tmp_path / "default", repo=tmp_path)
     card = (tmp_path / "default" / "model_card.md").read_text()
     assert "n-gram lookup, then Domino" not in card and "The lookup-then-Domino row is not decoded" in card

@@ -1,8 +1,8 @@
 """The paired-timing harness: decoders timed side by side on each prompt, in one process.
 
 A speed comparison here is a ratio of decodes of the same moments, never of two timings taken
-apart: every decoder runs on a prompt back to back with the others, the order rotated from one
-prompt to the next (``rotation``), each decode timed with the garbage collector off (``timed``),
+apart: every decoder runs on a prompt back to back with the others, the order changed from one
+prompt to the next by a design balanced for places and for predecessors (``rotation``), each decode timed with the garbage collector off (``timed``),
 after one untimed warm-up per decoder (``untimed_tokens``). ``paired_decodes`` does all of it;
 the benchmark (``domino.bench.run``), the vLLM cross-check (``domino.vllm.backend``) and the tools
 (``domino/tools``) time through it. What the timings are turned into (summaries, intervals)
@@ -34,8 +34,9 @@ from ..io import atomic_path
 
 logger = logging.getLogger(__name__)
 
-TIMING = ("paired: every decoder on each prompt back to back, the order rotated cyclically from one prompt to the "
-          "next, garbage collection off while a decode is timed, one untimed warm-up of a full block per decoder")
+TIMING = ("paired: every decoder on each prompt back to back, the order from one prompt to the next a Williams design "
+          "(every decoder in every place and after every other equally often), garbage collection off while a decode "
+          "is timed, one untimed warm-up of a full block per decoder")
 
 PLAIN = "baseline"  # the plain decoder's name in a paired run, and its run's: results/benchmark/humaneval/baseline.json
 
@@ -47,12 +48,27 @@ def tokens_per_second(new_tokens: int, seconds: float) -> float:
 
 
 def rotation(names: tuple[str, ...], prompt_index: int) -> tuple[str, ...]:
-    """Prompt ``prompt_index``'s order: ``names`` rotated left by ``prompt_index`` places (a cyclic
-    Latin square). Over any k consecutive prompts, k = len(names), every decoder takes every
-    place exactly once, so a drift of the machine's speed with the place in the order (a warm
-    cache after the decoder before, a turbo budget spent) falls on every decoder alike."""
-    k = prompt_index % len(names)
-    return names[k:] + names[:k]
+    """Prompt ``prompt_index``'s order: row ``prompt_index`` of a Williams design over ``names``
+    (the crossover trials' square balanced for first-order carryover). Its first row takes the
+    places 0, 1, k-1, 2, k-2, ... and row r adds r to each, modulo k = len(names); for odd k the
+    k rows reversed follow. Over any cycle of its rows (k prompts, 2k for odd k) every decoder
+    takes every place equally often, so a drift of the machine's speed with the place in the order
+    (a turbo budget spent) falls on every decoder alike, and follows every other decoder equally
+    often, so what a decoder leaves behind (a cache it filled, memory it touched) slows every other
+    alike. A cyclic rotation balances the places only: each decoder would always follow the same
+    one."""
+    k = len(names)
+    first, low, high = [0], 1, k - 1
+    while len(first) < k:
+        first.append(low)
+        low += 1
+        if len(first) < k:
+            first.append(high)
+            high -= 1
+    rows = [[(x + r) % k for x in first] for r in range(k)]
+    if k % 2:
+        rows += [row[::-1] for row in rows]
+    return tuple(names[j] for j in rows[prompt_index % len(rows)])
 
 
 def untimed_tokens(drafts_per_step: int, max_new_tokens: int) -> int:
@@ -167,7 +183,7 @@ def paired_decodes(runs: dict[str, Decode], prompts: list[list[int]], max_new_to
                    desc: str = "paired decodes", journal: Journal | None = None,
                    learners: dict[str, Callable[[list[int]], None]] | None = None) -> list[PromptDecodes]:
     """Every prompt decoded by every decoder of ``runs`` (name -> decode) back to back, in the
-    cyclic order of ``rotation``, each decode ``timed``. First one untimed warm-up per decoder on
+    order of ``rotation``, each decode ``timed``. First one untimed warm-up per decoder on
     the first prompt, ``warm_tokens`` long (``untimed_tokens``), so that allocator, kernel and
     thread-pool start-up land on no timed prompt. With a ``journal``, a prompt it kept is read
     back instead of decoded (warm-ups run only where something is left to decode). ``learners``

@@ -442,6 +442,8 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "repeating": repeating_share(res["benchmark"]["baseline"]["summary"]), "repeating_limit": REPEATING_SHARE,
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
+        "cost_aware": [{"suite": _suite_name(res["suites"][suite]), "label": lookup_label(b), **_adaptive(b)}
+                       for suite, runs in res.get("lookup", {}).items() for b in runs.values() if "adaptive" in b],
         "lookup_silent": [lookup_label(b) for b in res.get("lookup", {}).get(MAIN_SUITE, {}).values()
                           if not shown(b)],
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
