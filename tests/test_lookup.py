@@ -74,7 +74,7 @@ def test_the_card_sets_the_lookup_rows_beside_the_drafters(tmp_path):
     assert "**The fastest row that needs no training, suffix cache, no training, decodes faster than every" in card
     assert "Domino against it, paired over the same prompts:" in card
     assert "**the earlier answers of the same job**" in card
-    assert "Domino, cost-aware against it, paired:" in card
+    assert "- Domino, cost-aware: " in card and "speedup against it;" in card
     assert "The lookup-then-Domino row is not decoded" not in card
     appendix = (tmp_path / "with" / "model_card_appendix.md").read_text()
     assert "## Cost-aware decoding" in appendix and "| Rows verified | 1 | 2 |" in appendix
