@@ -191,7 +191,7 @@ class CostAwareDraft:
         self.free = dict(free or {})
         self._aux_layer_ids = neural.aux_layer_ids if neural is not None else None
         self.use_drafter = neural is not None  # in the current request (``plan``)
-        self.request_gain: float | None = None
+        self.request_gain: float | None = None  # what the drafter's runs gained in the current request
         self.benched_requests = 0  # requests left before the next that probes a drafter whose runs did not pay
         self.bench_length = 1
         self.requests = self.plain_requests = 0
@@ -222,13 +222,13 @@ class CostAwareDraft:
 
     def plan(self, prompt_ids: list[int]) -> bool:
         """Before a request: whether the drafter may run in it (it is not sitting out requests
-        after runs that did not pay, ``finish``), and whether the request needs the speculative loop at all (False: no
-        free source and no drafter, so ``domino.decode.decode`` decodes it plainly, without the
-        loop's bookkeeping)."""
+        after runs that did not pay, ``finish``), and whether the request needs the speculative
+        loop at all (False: no free source and no drafter, so ``domino.decode.decode`` decodes it
+        plainly, without the loop's bookkeeping)."""
         if self.costs is None:
             raise RuntimeError("a cost-aware decoder decodes only after its costs are measured (CostAwareDraft.costs)")
         self.use_drafter = self.neural is not None and self.benched_requests <= 0
-        self.request_gain: float | None = None  # what the drafter's runs gained in this request
+        self.request_gain = None
         if self.neural is not None and not self.use_drafter:
             self.benched_requests -= 1
         self.requests += 1
