@@ -114,3 +114,27 @@ def test_the_kill_matrix_runs_a_directory_reference_inside_a_checkout(tmp_path):
     (reference / "Snakefile").write_text("# a run made in its own checkout")
     again = copy_run(reference, tmp_path / "again", [])
     assert (again / "Snakefile").read_text() == "# a run made in its own checkout" and not (again / "workflow").exists()
+
+
+def test_a_cost_aware_rows_choices_are_timings_and_its_tokens_are_not(tmp_path):
+    """A cost-aware row chooses its drafts by the costs its job measured: its steps, acceptance and
+    choices may differ between two runs, in its results and in the card; its tokens may not."""
+    def run(root, steps, tokens):
+        make_run(root)
+        (root / "results" / "benchmark" / "hybrid.json").write_text(json.dumps(
+            {"adaptive": {"chosen": {"suffix": {"steps": steps}}}, "decoder": {"kind": "hybrid"},
+             "summary": {"acceptance_length": 1 + steps / 10, "steps": steps},
+             "prompts": [{"accepted_per_step": [steps], "new_token_ids": tokens}]}))
+        with open(root / "reports" / "model_card_appendix.md", "w") as f:
+            f.write(f"| Model | Accept len |\n|---|---|\n| hybrid: Domino, cost-aware | {steps} |\n| Domino | 1.8 |\n\n"
+                    f"## Cost-aware decoding\n\n| Rows verified | 1 |\n|---|---|\n| Milliseconds | {steps} |\n\n"
+                    "## Next\n\n| a | b |\n|---|---|\n| x | y |\n")
+        return root
+
+    a = run(tmp_path / "a", 3, [1, 2])
+    assert compare.compare_runs(a, run(tmp_path / "b", 5, [1, 2])) == []
+    assert compare.compare_runs(a, run(tmp_path / "c", 5, [1, 3])) == ["results/benchmark/hybrid.json differs"]
+    d = run(tmp_path / "d", 3, [1, 2])
+    (d / "reports" / "model_card_appendix.md").write_text(
+        (d / "reports" / "model_card_appendix.md").read_text().replace("| Domino | 1.8 |", "| Domino | 1.9 |"))
+    assert compare.compare_runs(a, d)[0].startswith("reports/model_card_appendix.md differs")

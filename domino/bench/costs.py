@@ -23,7 +23,9 @@ from ..aux import AuxCapture
 from ..decode import NeuralDraft, cache_kwarg, crop_cache
 
 
-def _median(fn, repeats: int, sync) -> float:
+def median_seconds(fn, repeats: int, sync=lambda: None) -> float:
+    """The median seconds of ``repeats`` calls of ``fn`` after one untimed call; ``sync`` waits
+    for the device before and after each (``torch.cuda.synchronize`` on a GPU)."""
     fn()
     times = []
     for _ in range(repeats):
@@ -80,5 +82,5 @@ def measure_costs(verifier, context_ids: list[int], max_rows: int, draft: Neural
             _, logits = draft.drafter.draft(anchor, n, draft.kv, return_logits=True, tables=draft.tables)
             drafter_estimates(logits)
 
-        drafter = _median(run_draft, repeats, sync)
+        drafter = median_seconds(run_draft, repeats, sync)
     return CostCurve(curve, drafter, n)

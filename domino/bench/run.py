@@ -37,7 +37,7 @@ from ..model import Drafter
 from ..sampling import SamplingRule, seeded_generator
 from ..stats import LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio, ratio_of_sums
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
-from .costs import measure_costs
+from .costs import measure_costs, median_seconds
 from .suites import SUITES, encode_turns, suite_tasks
 from .timing import (
     PLAIN,
@@ -606,15 +606,7 @@ def step_floor(verifier, draft: NeuralDraft, context_ids: list[int], repeats: in
     one = verify_ids[:, :1]
 
     def median(fn) -> float:
-        fn()
-        times = []
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[len(times) // 2]
+        return median_seconds(fn, repeats, sync)
 
     def verify(ids, keep):
         verifier(input_ids=ids, **{ck: cache}, use_cache=True, logits_to_keep=keep)

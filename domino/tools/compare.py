@@ -5,7 +5,10 @@ under ``results/`` must be byte-identical, except that JSON files are compared w
 timing fields removed (and a folder's ``SHA256SUMS.json`` without the digests of its JSON
 files, which are compared so); in ``reports/model_card.md`` and its appendix every table cell must
 match except the columns that hold timings (TPS, speedup, step cost, its floor and time shares,
-wall and training time).
+wall and training time). A cost-aware row (``domino.adaptive``: a results file with ``adaptive``)
+chooses its drafts by the costs the job measured, so only its tokens are compared: its steps,
+acceptance and choices are timings here, as are its rows of the card's tables (their label says
+"cost-aware") and the appendix's Cost-aware decoding section.
 Prints the paths that differ and how many; exits 1 on a difference.
 """
 
@@ -31,12 +34,24 @@ TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|floor|vs DFlash noshif
 CARD_FILES = ("reports/model_card.md", "reports/model_card_appendix.md")  # the card and its appendix
 
 
-def strip_timing(obj):
-    """``obj`` without its timing fields (nor the seal of a sealed file, which covers them)."""
+TIMED_CHOICES = re.compile(r"cost-aware", re.I)  # a card row of a cost-aware decoder (domino.decoders' labels)
+TIMED_SECTION = "## Cost-aware decoding"  # the appendix's section on what those rows chose
+# what a cost-aware row's choices decide, besides its tokens
+CHOICE_KEY = re.compile(r"^(adaptive|accepted|accepted_per_step|steps|acceptance_length.*|per_position_acceptance.*"
+                        r"|conditional_acceptance.*)$")
+
+
+def strip_timing(obj, choices: bool | None = None):
+    """``obj`` without its timing fields (nor the seal of a sealed file, which covers them); a
+    cost-aware row's results (one with ``adaptive``) without what its timed choices decide."""
+    if choices is None:
+        choices = isinstance(obj, dict) and "adaptive" in obj
+    if choices and isinstance(obj, dict):
+        obj = {k: v for k, v in obj.items() if not CHOICE_KEY.match(k)}
     if isinstance(obj, dict):
-        return {k: strip_timing(v) for k, v in obj.items() if not TIMING_KEY.search(k) and k != SEAL_KEY}
+        return {k: strip_timing(v, choices) for k, v in obj.items() if not TIMING_KEY.search(k) and k != SEAL_KEY}
     if isinstance(obj, list):
-        return [strip_timing(v) for v in obj]
+        return [strip_timing(v, choices) for v in obj]
     return obj
 
 
@@ -48,14 +63,19 @@ def manifest_files(path: Path) -> dict:
 
 def card_tables(text: str) -> list[list[str]]:
     """Markdown table rows of a card, with timing columns blanked."""
-    rows, mask = [], []
+    rows, mask, timed_section = [], [], False
     for line in text.splitlines():
-        if not line.startswith("|"):
+        if line.startswith("## "):
+            timed_section = line.strip() == TIMED_SECTION
+        if not line.startswith("|") or timed_section:
             mask = []
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if not mask:  # a header row
             mask = [bool(TIMING_COLUMNS.search(c)) for c in cells]
+        if any(TIMED_CHOICES.search(c) for c in cells):  # a cost-aware row: its label only
+            rows.append([c if TIMED_CHOICES.search(c) else "*" for c in cells])
+            continue
         rows.append([("*" if m else c) for c, m in zip(cells, mask + [False] * len(cells))])
     return rows
 
