@@ -216,6 +216,13 @@ class Loaded:
     drafts: dict[str, object]
 
 
+def decoder_records(spec: DecoderSpec) -> dict:
+    """What a results file says of a row without training of its own: its ``decoder`` record and,
+    for an n-gram lookup row, its ``lookup`` record."""
+    lookup = lookup_record(spec)
+    return {"decoder": spec.record(), **({"lookup": lookup} if lookup else {})}
+
+
 def lookup_record(spec: DecoderSpec) -> dict | None:
     """An n-gram lookup row's ``lookup`` record (what vLLM's ``ngram`` method and the card read);
     None for other rows."""
@@ -700,8 +707,7 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
                       "beyond_noise": sum(not d["within_noise"] for d in near_ties), **margin_signs(near_ties)}
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
         results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
-                        **({"decoder": specs[run].record()} if run in specs else {}),
-                        **({"lookup": lookup_record(specs[run])} if run in specs and lookup_record(specs[run]) else {}),
+                        **(decoder_records(specs[run]) if run in specs else {}),
                         **({"adaptive": loaded.drafts[run].record()} if run in costs else {}),
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed)
                         | {"floor": floors.get(run), "machine_load": machine_load}
