@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import torch
 
+from .host import cpu_units
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -34,11 +36,14 @@ def check_device(device: str) -> str:
 
 
 def hardware() -> str:
-    """The accelerator's name, or the CPU with its core and thread counts."""
+    """The accelerator's name, or the CPU with its core and thread counts and its matrix units
+    (``cpu_units``: the ones that decide whether bf16 is fast)."""
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     threads = torch.get_num_threads()
-    return f"CPU {platform.machine()} ({os.cpu_count()} cores, {threads} torch thread{'s' if threads != 1 else ''})"
+    units = ", ".join(cpu_units()) or "no AVX2"
+    return (f"CPU {platform.machine()} ({os.cpu_count()} cores, {threads} torch thread{'s' if threads != 1 else ''}; "
+            f"{units})")
 
 
 LOADED_SHARE = 0.10  # other processes' share of the machine's CPU time above which timings are marked as loaded

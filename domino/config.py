@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from .decoders import RESERVED, RESERVED_PATTERNS
+from .host import auto_dtype, cpu_units
 from .runs import REPLICATE
 from .schema import load_schema
 
@@ -121,6 +122,8 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
         raise ConfigError(_message(errors[0]))
     if checkout is not None:
         cfg["verifier"]["source"] = checkout_source(cfg["verifier"]["source"], checkout)
+    if cfg["verifier"]["dtype"] == "auto":  # every job is given the dtype chosen here, never "auto"
+        cfg["verifier"]["dtype"] = auto_dtype(cfg["device"], cpu_units())
     facts = _verifier_facts(cfg, checkout)  # read once: the verifier's config and tokenizer files
     _fill_aux_layer_ids(cfg, facts)
     _cross_checks(cfg, facts)  # the base config first, so that its errors are named as its own

@@ -16,7 +16,7 @@ PKG = ROOT / "domino"
 ALGORITHM = ("domino.aux", "domino.vocab", "domino.model", "domino.loss", "domino.export", "domino.decode",
              "domino.decoders", "domino.suffix", "domino.adaptive",
              "domino.sampling", "domino.acceptance")
-PLUMBING = ("domino.config", "domino.schema", "domino.runs", "domino.common", "domino.io", "domino.rundir",
+PLUMBING = ("domino.config", "domino.schema", "domino.runs", "domino.common", "domino.host", "domino.io", "domino.rundir",
             "domino.shapes", "domino.stats")
 STAGE_LAYER = ("domino.__main__", "domino.stages", "domino.logs")
 STAGE_FOLDERS = ("domino.verifier", "domino.data", "domino.train", "domino.bench", "domino.vllm")
