@@ -89,3 +89,29 @@ def test_report_screenshot_opens_the_page_in_the_browser_it_is_given(tmp_path, c
     assert '"model_card.html"' in png.read_text() and png.read_text().startswith("<html><body><p>report</p>")
     with pytest.raises(SystemExit, match="no Chromium found .*apt-get install chromium"):
         report_screenshot.main([str(report), "--browser", str(tmp_path / "none")])
+
+
+def test_served_gap_walk_steps_as_the_loop_does():
+    from domino.tools.served_gap import walk
+
+    # anchor 10 accepts 2 drafts (next anchor 13), 13 accepts 0 (14), 14 accepts 3 (18): no count at 18
+    assert walk({10: 2, 11: 5, 13: 0, 14: 3, 15: 1}, 10) == [2, 0, 3]
+    assert walk({}, 0) == []
+
+
+def test_served_gap_teacher_forcing_the_served_condition_is_the_loop(micro_run, tmp_path, capsys):
+    """On the micro run (float32): the drafts teacher-forced at the anchors the loop visits accept
+    what every served step accepted, step for step, for every checkpoint."""
+    import json
+
+    from domino.tools import served_gap
+
+    out = tmp_path / "gap.json"
+    served_gap.main(["--run", str(micro_run), "--threads", "1", "--out", str(out)])
+    figures = json.loads(out.read_text())
+    assert set(figures["checkpoints"]) == {"dflash-noshift", "dflash-shift", "domino"}
+    for ck, c in figures["checkpoints"].items():
+        assert c["served"]["steps_compared"] > 0, ck
+        assert c["served"]["steps_as_walked"] == c["served"]["steps_compared"], ck
+        assert c["served"]["estimate"] == pytest.approx(c["own_answers_loop_anchors"]["estimate"]), ck
+    assert "answer tokens outside the draft vocabulary" in capsys.readouterr().out
