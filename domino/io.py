@@ -137,11 +137,29 @@ def _content_digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def with_seal(obj: dict) -> dict:
+    """``obj`` with ``SEAL_KEY`` added: the sha256 of the rest of its content, keys sorted."""
+    return {**obj, SEAL_KEY: _content_digest(obj)}
+
+
+def seal_problem(obj) -> str | None:
+    """What is wrong with a sealed JSON object (``with_seal``), as the words that follow its name,
+    or None when its ``SEAL_KEY`` matches the rest of its content."""
+    if not isinstance(obj, dict):
+        return "is not a JSON object"
+    rest = {k: v for k, v in obj.items() if k != SEAL_KEY}
+    if SEAL_KEY not in obj:
+        return f"lacks its {SEAL_KEY}"
+    if obj[SEAL_KEY] != _content_digest(rest):
+        return f"is damaged (its content does not match its {SEAL_KEY})"
+    return None
+
+
 def write_json(path: str | Path, obj, seal: bool = False) -> None:
     """JSON, written atomically; ``seal`` adds ``SEAL_KEY``, the sha256 of the rest, which
     ``read_json`` checks."""
     if seal:
-        obj = {**obj, SEAL_KEY: _content_digest(obj)}
+        obj = with_seal(obj)
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
@@ -157,14 +175,11 @@ def read_json(path: str | Path, what: str = "results file", sealed: bool = False
         obj = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise DamagedFile(f"{what} {path} is not valid JSON (cut short or altered); {hint}") from None
-    if isinstance(obj, dict) and (sealed or SEAL_KEY in obj):
-        digest = obj.pop(SEAL_KEY, None)
-        if digest is None:
-            raise DamagedFile(f"{what} {path} lacks its {SEAL_KEY}; {hint}")
-        if digest != _content_digest(obj):
-            raise DamagedFile(f"{what} {path} is damaged (its content does not match its {SEAL_KEY}); {hint}")
-    elif sealed:
-        raise DamagedFile(f"{what} {path} is not a JSON object; {hint}")
+    if sealed or (isinstance(obj, dict) and SEAL_KEY in obj):
+        problem = seal_problem(obj)
+        if problem:
+            raise DamagedFile(f"{what} {path} {problem}; {hint}")
+        del obj[SEAL_KEY]
     return obj
 
 
