@@ -138,8 +138,10 @@ def _content_digest(obj) -> str:
 
 
 def with_seal(obj: dict) -> dict:
-    """``obj`` with ``SEAL_KEY`` added: the sha256 of the rest of its content, keys sorted."""
-    return {**obj, SEAL_KEY: _content_digest(obj)}
+    """``obj`` with ``SEAL_KEY``: the sha256 of the rest of its content, keys sorted (a seal it
+    carries already is replaced)."""
+    rest = {k: v for k, v in obj.items() if k != SEAL_KEY}
+    return {**rest, SEAL_KEY: _content_digest(rest)}
 
 
 def seal_problem(obj) -> str | None:
