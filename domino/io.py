@@ -5,7 +5,7 @@ JSON files sealed with the sha256 of their content (``write_json(..., seal=True)
 files carrying the sha256 of their tensors in their header (``save_safetensors``), folders with
 a manifest of their files' sha256 (``write_manifest``). A damaged file is refused with one line
 naming it and what to do (``DamagedFile``); a write that finds the disk full leaves nothing
-behind and says so in one line (``DiskFull``).
+behind and says so in one line naming the file (``DiskFull``), a torch state too (``save_torch``).
 """
 
 from __future__ import annotations
@@ -126,6 +126,27 @@ def write_jsonl(path: str | Path, rows, **dumps_kwargs) -> None:
     with atomic_path(path) as tmp, open(tmp, "w") as fh:
         for r in rows:
             fh.write(json.dumps(r, **dumps_kwargs) + "\n")
+
+
+def save_torch(obj, path: str | Path) -> None:
+    """``torch.save`` of ``obj``, atomically. torch's own writer, given a path, reports a full disk
+    as ``unexpected pos N vs M``, naming neither the disk nor the file; it writes through a Python
+    file here, whose ENOSPC (raised as it is, or behind torch's error) is said as ``DiskFull``."""
+    import torch
+
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+    except DiskFull:
+        raise
+    except RuntimeError as err:
+        seen, cause = [], err
+        while cause is not None and cause not in seen:
+            seen.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        if not any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in seen):
+            raise
+        raise _disk_full(Path(path)) from None
 
 
 def write_text(path: str | Path, text: str) -> None:
