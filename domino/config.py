@@ -55,6 +55,16 @@ def _with_defaults(validator_class):
     return validators.extend(validator_class, {"properties": set_defaults})
 
 
+def _ints_only(validator_class):
+    """JSON Schema's ``integer`` takes 128.0, a number without a fraction, which the code then uses
+    as a count or an index (``TypeError: slice indices must be integers``): here an integer is an int."""
+    from jsonschema import validators
+
+    checker = validator_class.TYPE_CHECKER.redefine("integer",
+                                                    lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    return validators.extend(validator_class, type_checker=checker)
+
+
 def _key(path) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
@@ -74,6 +84,11 @@ def _message(err) -> str:
         return f"{where}{missing[0]}: required key is missing (allowed here: {', '.join(allowed)})"
     if v == "enum":
         return f"{key}: {err.instance!r} is not allowed (allowed: {', '.join(map(repr, val))})"
+    if v == "oneOf" and isinstance(err.instance, float) and err.instance.is_integer():
+        allowed = " or ".join(repr(b["const"]) if "const" in b else f"{b.get('type')}"
+                              + (f" >= {b['minimum']}" if "minimum" in b else "") for b in val)
+        return (f"{key}: {err.instance!r} has the wrong type (allowed: {allowed}; write {int(err.instance)}, "
+                "without the decimal point)")
     if v == "type":
         hint = ""
         if isinstance(err.instance, str) and "number" in val and _FLOAT.fullmatch(err.instance.strip()):
@@ -81,6 +96,8 @@ def _message(err) -> str:
             mantissa, _, exp = err.instance.strip().lower().partition("e")
             fixed = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp if exp[:1] in '+-' else '+' + exp}"
             hint = f"; YAML reads {err.instance} as text: write {fixed}"
+        if isinstance(err.instance, float) and err.instance.is_integer() and "integer" in val:
+            hint = f"; write {int(err.instance)}, without the decimal point"
         return f"{key}: {err.instance!r} has the wrong type (allowed: {val}{hint})"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[v]
@@ -115,7 +132,7 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
     cfg = copy.deepcopy(dict(config))
     _refuse_non_finite(cfg)
     schema = schema or load_schema()
-    validator = _with_defaults(Draft202012Validator)(schema)
+    validator = _with_defaults(_ints_only(Draft202012Validator))(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise ConfigError(_message(errors[0]))

@@ -254,3 +254,6 @@ def test_the_docs_quote_the_lines_these_cases_print():
         with pytest.raises(ConfigError) as err:
             validate_config(_with(key, value))
         assert f"config error: {err.value}".replace("|", "\\|") in doc, err.value
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with("drafter.draft_vocab_size", 128.0))
+    assert f"config error: {err.value}" in doc, err.value
