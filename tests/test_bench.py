@@ -504,6 +504,32 @@ def test_a_stopped_paired_run_resumes_at_the_prompts_it_lacks(tmp_path):
     assert not path.exists()
 
 
+def test_an_altered_or_damaged_journal_line_is_decoded_again_and_named(tmp_path, caplog):
+    """Each journal line is sealed: a line whose accepted counts were edited, and a line damaged
+    into another text, are not read back; their prompts are decoded again, as one run decodes
+    them, and the log names the journal file and each line."""
+    from domino.bench.timing import Journal, paired_decodes
+
+    prompts, path = [[1, 2], [3, 4], [5, 6]], tmp_path / ".baseline.decodes.jsonl"
+    whole = paired_decodes(_counting_decoders([]), prompts, 2, 1)
+    with pytest.raises(KeyboardInterrupt):
+        paired_decodes(_counting_decoders([], stop_at=2), prompts, 2, 1, journal=Journal(path, "k"))
+    lines = path.read_text().splitlines()
+    edited = json.loads(lines[0])
+    edited["results"]["b"]["accepted_per_step"][0] += 3  # a longer acceptance, still valid JSON
+    path.write_text(json.dumps(edited) + "\n" + lines[1].replace('"order"', '"ord#r"', 1)[:-9] + "\n")
+    calls = []
+    with caplog.at_level("WARNING", logger="domino.bench.timing"):
+        again = paired_decodes(_counting_decoders(calls), prompts, 2, 1, journal=Journal(path, "k"))
+    assert sorted({i for _, i, n in calls if n == 2}) == [0, 1, 2]  # nothing read back
+    assert [(d.results, d.order) for d in again] == [(d.results, d.order) for d in whole]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2, warned
+    assert warned[0].startswith(f"benchmark journal {path}:1 is damaged (its content does not match its content_sha256)")
+    assert warned[1].startswith(f"benchmark journal {path}:2 is not valid JSON")
+    assert all(w.endswith("its prompt is decoded again") for w in warned)
+
+
 def test_a_resumed_jobs_load_counts_the_earlier_process_time():
     from domino.common import MachineLoad
 

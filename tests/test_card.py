@@ -24,6 +24,7 @@ from conftest import (
 from domino import stats
 from domino.card import claims, filters, plots, published, render, scale
 from domino.card.results import load_results
+from domino.io import write_json
 from domino.stats import compare_checkpoints, implied_acceptance_length
 from domino.tools import compare
 
@@ -334,7 +335,7 @@ def test_missing_summary_field_names_it(results_copy, field):
     p = results_copy / "benchmark" / "humaneval" / "domino.json"
     b = json.loads(p.read_text())
     del b["summary"][field]
-    p.write_text(json.dumps(b))
+    write_json(p, b, seal=True)
     with pytest.raises(ValueError, match=rf"{re.escape(str(p))} lacks field summary\.{field}$"):
         load_results(results_copy)
 
@@ -455,7 +456,7 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
     b = json.loads(p.read_text())
     b["summary"].update(matches_baseline=False, tie_tolerance=0.25,
                         near_tie_divergences=[{"task_id": "HumanEval/7", "position": 40, "tokens": [1, 2], "gap": 0.1}])
-    p.write_text(json.dumps(b))
+    write_json(p, b, seal=True)
     render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
     assert re.search(r"\| Domino \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
@@ -697,8 +698,8 @@ def test_an_exact_tie_reads_no_difference(results_copy, tmp_path):
     """Two runs that decode alike tie exactly, +0.0% [+0.0%, +0.0%]: the appendix says "no
     difference", not that the interval includes zero (nor, in a verdict, "opposite direction")."""
     src = json.loads((results_copy / "benchmark" / "humaneval" / "domino.json").read_text())
-    (results_copy / "benchmark" / "humaneval" / "dflash-shift.json").write_text(
-        json.dumps({**src, "run": "dflash-shift", "checkpoint": "results/train/dflash-shift/checkpoint"}))
+    write_json(results_copy / "benchmark" / "humaneval" / "dflash-shift.json",
+               {**src, "run": "dflash-shift", "checkpoint": "results/train/dflash-shift/checkpoint"}, seal=True)
     render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card_appendix.md").read_text()
     line = next(line for line in text.splitlines() if line.startswith("- Domino's acceptance length differs from "
@@ -835,7 +836,7 @@ def test_a_verifier_that_repeats_itself_gets_no_headline_and_no_verdict(results_
     p = results_copy / "benchmark" / "humaneval" / "baseline.json"
     b = json.loads(p.read_text())
     b["summary"]["repeated_4gram_share"] = 0.97
-    p.write_text(json.dumps(b))
+    write_json(p, b, seal=True)
     render_results(results_copy, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
     card = (tmp_path / "model_card.md").read_text()
     why = [line for line in card.splitlines() if line.startswith("> **No headline and no verdict:**")]

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, copy_repo, run_snakemake
-from domino.config import ConfigError, validate_config
+from domino.config import ConfigError, load_schema, validate_config
 
 CASES = 600
 SEED = 0
@@ -117,6 +117,30 @@ def test_no_finite_number_is_passed_as_nan_or_infinity():
         cfg["train"]["lr"] = value
         with pytest.raises(ConfigError, match=r"^train\.lr: "):
             validate_config(cfg)
+
+
+def test_every_integer_written_as_a_float_is_refused_naming_the_key():
+    """JSON Schema's integer takes 128.0; the code then slices or counts with it (draft_vocab's
+    ``TypeError: slice indices must be integers``). Every integer of config.yaml, and every item
+    of an integer list, written with a decimal point is refused in one line naming its key."""
+    base = yaml.safe_load((ROOT / "config.yaml").read_text())
+    places, schema = [], load_schema()
+    for path, value in _leaves(base):
+        rule = schema
+        for k in path:
+            rule = rule.get("properties", {}).get(k, {})
+        if isinstance(value, int) and not isinstance(value, bool):
+            places.append((path, float(value)))
+        elif value and isinstance(value, list) and "integer" in str(rule.get("items", {}).get("type")):
+            places.append((path, [float(value[0]), *value[1:]]))
+    assert ("drafter", "draft_vocab_size") in [p for p, _ in places] and len(places) > 20
+    for path, value in places:
+        cfg = copy.deepcopy(base)
+        _set(cfg, path, value)
+        key = ".".join(map(str, path)) + (".0" if isinstance(value, list) else "")
+        with pytest.raises(ConfigError) as err:
+            validate_config(cfg, schema)
+        assert str(err.value).startswith(f"{key}: ") and "without the decimal point" in str(err.value), str(err.value)
 
 
 def _refused_cases(n: int) -> list[tuple[str, str, dict]]:

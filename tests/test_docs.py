@@ -71,6 +71,9 @@ def _stand_ins(repo: Path) -> None:
 
     (repo / "small.yaml").write_text("data: {samples: 500}\nbenchmark: {max_prompts: 32}\n")  # docs/card-scale.md
     (repo / "prompts32.yaml").write_text("benchmark: {max_prompts: 32}\n")  # docs/smollm2.md
+    venv = repo / ".venv-vllm" / "bin"  # vllm.python, which must run Python: this interpreter stands in
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
     # Qwen3-0.6B's depth and vocabulary (the card's aux layers and mask id), narrow elsewhere
     write_random_verifier(repo / "runs" / "card-offline" / "random_verifier", seed=0, dtype="float32",
                           hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,

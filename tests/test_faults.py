@@ -309,6 +309,37 @@ def test_a_full_disk_leaves_no_partial_output_and_the_rerun_finishes(micro_run, 
     assert after == before
 
 
+def test_a_full_disk_during_trainings_state_save_is_named_with_the_file(tmp_path, monkeypatch):
+    """torch's writer, given a path, says ``unexpected pos N vs M`` on a full disk; the state is
+    written through a Python file, so the stage says the disk is full and which file, keeps
+    nothing of it, and with space again the same save writes the state whole."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    import torch
+
+    import domino.io as dio
+    from domino.train.loop import _save_state
+
+    @dataclass
+    class Settings:
+        lr: float = 1e-3
+
+    drafter = torch.nn.Linear(64, 64)
+    run = SimpleNamespace(rank=0, drafter=drafter, opt=torch.optim.AdamW(drafter.parameters()), step=3, metrics=[],
+                          seconds=1.5, cfg=Settings(), total=10, inputs="features", state_path=tmp_path / "state.pt")
+    monkeypatch.setattr(dio, "open", _FullDisk(4096), raising=False)
+    with pytest.raises(dio.DiskFull) as err:
+        _save_state(run)
+    assert str(err.value) == (f"no space left on the device while writing {run.state_path}; nothing of it was kept: "
+                              "free some space and run the same command again")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    _save_state(run)
+    state = torch.load(run.state_path, weights_only=True)
+    assert state["step"] == 3 and torch.equal(state["model"]["weight"], drafter.weight)
+
+
 # -----------------------------------------------------------------------------
 # a stage that fails
 

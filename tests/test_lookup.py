@@ -8,6 +8,7 @@ import pytest
 from conftest import load_config_files as load
 from domino.card import report
 from domino.config import ConfigError, validate_config
+from domino.io import write_json
 from domino.runs import lookup_runs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
@@ -109,7 +110,7 @@ def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
     for record in bench["prompts"]:
         record["accepted_per_step"] = []
     bench["summary"].update(fields)
-    path.write_text(json.dumps(bench))
+    write_json(path, bench, seal=True)
     report.build_report(load("config.yaml"), root, tmp_path / "card", repo=tmp_path)
     card = (tmp_path / "card" / "model_card.md").read_text()
     assert "| n-gram lookup, no training |" not in card and card.count("| suffix cache, no training |") == 3

@@ -11,6 +11,7 @@ import pytest
 from conftest import CARD_INFO, CKPTS, FIXTURE, LABELS, PROVENANCE, check_num, render_results, table
 from domino.card.results import load_results
 from domino.card.tables import Ordering, replicate_summary, spread
+from domino.io import write_json
 from fixtures.make_results import write_replicates
 
 N = 3
@@ -216,6 +217,6 @@ def test_replicate_protocol_must_match(replicate_results, tmp_path):
     p = root / "benchmark" / "humaneval" / "domino-seed1.json"
     data = json.loads(p.read_text())
     data["protocol"]["max_new_tokens"] += 1
-    p.write_text(json.dumps(data))
+    write_json(p, data, seal=True)
     with pytest.raises(ValueError, match=r"benchmark \(humaneval\) protocols differ"):
         load_results(root, replicates=N)

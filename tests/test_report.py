@@ -334,7 +334,7 @@ def test_the_card_says_what_else_the_machine_did(tmp_path, results, share, loade
     path = results / "benchmark" / "humaneval" / "baseline.json"
     bench = json.loads(path.read_text())
     bench["summary"]["machine_load"] = record
-    path.write_text(json.dumps(bench))
+    io.write_json(path, bench, seal=True)
     report.build_report(load("config.yaml"), results, tmp_path / "reports", repo=tmp_path)
     card = (tmp_path / "reports" / "model_card.md").read_text()
     assert f"took {share:.1%} of the machine's CPU time while these decodes were timed" in card
@@ -349,7 +349,7 @@ def test_the_card_says_a_benchmark_job_was_resumed(tmp_path, results):
     bench["summary"]["machine_load"] = {"cpus": 2, "load_average_before": [0.1, 0.1, 0.1],
                                         "load_average_after": [1.0, 0.5, 0.2], "other_processes_share": 0.02,
                                         "loaded": False, "resumed_prompts": 7}
-    path.write_text(json.dumps(bench))
+    io.write_json(path, bench, seal=True)
     report.build_report(load("config.yaml"), results, tmp_path / "reports", repo=tmp_path)
     card = " ".join((tmp_path / "reports" / "model_card.md").read_text().split())
     assert ("1-minute load average 0.10 before, 1.00 after, the last process's: the job was stopped and resumed, "

@@ -120,6 +120,59 @@ def test_an_accuracy_of_1_7_stops_the_report_naming_the_file(tmp_path):
         results.load_results(root)
 
 
+@pytest.mark.parametrize("value,spelt", [(float("nan"), "NaN"), (float("inf"), "Infinity"),
+                                         (float("-inf"), "-Infinity")])
+def test_nan_and_infinity_are_refused_by_every_schema(value, spelt):
+    """Python's JSON reads NaN and Infinity, and NaN passes every bound (each comparison is false):
+    every kind of results file refuses them, naming the field."""
+    for kind in results.schemas():
+        with pytest.raises(ValueError) as err:
+            results.check({"summary": {"speedup_ci": [1.0, value]}}, kind, "x.json")
+        assert str(err.value) == f"results file x.json: summary.speedup_ci.1: {spelt} is not a finite number", kind
+
+
+@pytest.mark.parametrize("name,field", [("benchmark/humaneval/domino.json", "summary.speedup"),
+                                        ("sampling/T0.6/humaneval/domino.json", "summary.acceptance_length"),
+                                        ("validate/domino.json", "per_slot.2.final_acc")])
+def test_a_sealed_file_holding_infinity_or_nan_stops_the_report_naming_it(tmp_path, name, field):
+    """Sealed as the stage seals it, a file with an infinite speedup (the card would call Domino the
+    fastest row) or a NaN (the card would print .nan) is refused by the card, naming file and field."""
+    import shutil
+
+    from domino.io import write_json
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    path = root / name
+    obj = json.loads(path.read_text())
+    _set(obj, field, float("inf") if field == "summary.speedup" else float("nan"))
+    write_json(path, obj, seal=name.startswith(("benchmark", "sampling")))
+    with pytest.raises(ValueError, match=rf"^results file {re.escape(str(path))}: {re.escape(field)}: "
+                                         r"(Infinity|NaN) is not a finite number$"):
+        results.load_results(root, temperatures=(0, 0.6))
+
+
+@pytest.mark.parametrize("name,rule", [("benchmark/humaneval/domino.json", "benchmark"),
+                                       ("sampling/T0.6/humaneval/baseline.json", "sampling")])
+def test_a_benchmark_file_without_its_seal_is_refused(tmp_path, name, rule):
+    """The benchmark stage seals its files; one whose content_sha256 was deleted is not read
+    unsealed, but refused in one line naming it and the rule that rebuilds it."""
+    import shutil
+
+    from domino.io import DamagedFile
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    path = root / name
+    obj = json.loads(path.read_text())
+    del obj["content_sha256"]
+    path.write_text(json.dumps(obj))
+    with pytest.raises(DamagedFile) as err:
+        results.load_results(root, temperatures=(0, 0.6))
+    assert str(err.value) == (f"results file {path} lacks its content_sha256; delete {path} and run the same "
+                              f"command again (rule {rule} rebuilds it)")
+
+
 def test_a_first_trained_slot_naming_no_slot_is_one_line_not_a_stop_iteration():
     from domino.card.render import _first_trained
 

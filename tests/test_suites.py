@@ -14,6 +14,7 @@ import domino.bench.suites as P
 from conftest import BENCH_CONFIG, CARD_INFO, FIXTURE, PROVENANCE, bench_outs, check_ci, render_results, table
 from domino.bench.run import run_benchmark
 from domino.card.results import load_results
+from domino.io import write_json
 from domino.stats import acceptance_length_difference, acceptance_length_pooled
 from fixtures.make_results import MT_BENCH_CATEGORIES, write_second_suite
 
@@ -266,7 +267,7 @@ def test_the_card_states_the_earlier_turns_budget_and_what_it_cut(tmp_path):
     for path in write_second_suite(root):
         bench = json.loads(path.read_text())
         bench["protocol"]["earlier_turn_answers"] = {"budget": 256, "timed": False, "answers": 12, "cut": 5}
-        path.write_text(json.dumps(bench))
+        write_json(path, bench, seal=True)
     render_results(root, tmp_path / "card", CARD_INFO, PROVENANCE, suites=("humaneval", "mt-bench"))
     appendix = (tmp_path / "card" / "model_card_appendix.md").read_text()
     assert ("MT-Bench's turn 2 follows an answer to turn 1 generated plainly and untimed to a budget of 256 tokens, "

@@ -2,6 +2,7 @@
 
 import json
 import shlex
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def test_dry_run_with_the_vllm_stages(tmp_path):
     the vLLM interpreter; nothing else changes."""
     repo = copy_repo(tmp_path)
     fake = tmp_path / "vllm-env-python"
+    fake.symlink_to(sys.executable)  # vllm.python must run Python, checked before any job
     (repo / "vllm.yaml").write_text(
         "verifier: {embedded: {num_attention_heads: 2, num_key_value_heads: 1, head_dim: 64}}\n"
         f"features: {{backend: vllm}}\nvllm: {{python: {fake}, benchmark: true}}\n"

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from ..common import busy_cpu_seconds
 from ..decode import DecodeResult
-from ..io import atomic_path
+from ..io import atomic_path, seal_problem, with_seal
 
 logger = logging.getLogger(__name__)
 
@@ -133,31 +133,53 @@ class Journal:
 
     ``key`` stands for everything that decides the decodes (the job's settings, its decoders and
     the weights they load); a line is read back only for the same key, the same prompt at the same
-    place and the same token budget. Lines of another key, and a line cut by the stop, are passed over; a file
-    with no line to read back starts again empty. ``close`` deletes the file once the job's
-    results are written."""
+    place and the same token budget. Each line is sealed (``domino.io.with_seal``): a line whose
+    seal does not match its content (altered, or damaged some other way) is never read back; its
+    prompt is decoded again and the log names the file and the line. Lines of another key, and a
+    last line cut by the stop, are passed over; a file with no line to read back starts again
+    empty. ``close`` deletes the file once the job's results are written."""
 
     def __init__(self, path: str | Path, key: str):
         self.path, self.key, self.kept = Path(path), key, {}
         self.digest = hashlib.sha256(key.encode()).hexdigest()
-        text = self.path.read_text() if self.path.exists() else ""
+        text = self.path.read_text(errors="replace") if self.path.exists() else ""
+        lines = text.splitlines()
         good = []
-        for line in text.splitlines():
-            try:
-                row = json.loads(line)
-                if row["key"] != self.digest:
-                    continue  # decoded with other settings, decoders or weights
-                self.kept[row["prompt"]] = PromptDecodes(
-                    {name: DecodeResult(**r) for name, r in row["results"].items()}, tuple(row["order"]),
-                    row["other_cpu_seconds"], row["wall_seconds"], resumed=True)
-                good.append(line)
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut by the stop, or one of another layout
+        for n, line in enumerate(lines, 1):
+            cut = n == len(lines) and not text.endswith("\n")  # the stop came while it was written
+            problem, decodes = self._read_line(line)
+            if problem is None and decodes is None:
+                continue  # decoded with other settings, decoders or weights
+            if problem is not None:
+                if not cut:
+                    logger.warning("benchmark journal %s:%d %s; its prompt is decoded again", self.path, n, problem)
+                continue
+            prompt, self.kept[prompt] = decodes
+            good.append(line)
         if text and not self.kept:
             self.path.unlink()
         elif text != "".join(f"{line}\n" for line in good):  # what is appended starts on a line of its own
             with atomic_path(self.path) as tmp:
                 tmp.write_text("".join(f"{line}\n" for line in good))
+
+    def _read_line(self, line: str) -> tuple[str | None, tuple[str, PromptDecodes] | None]:
+        """(what is wrong with a journal line, None) or (None, its prompt key and decodes); (None,
+        None) for an intact line of another key."""
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return "is not valid JSON (cut short or altered)", None
+        problem = seal_problem(row)
+        if problem:
+            return problem, None
+        if row.get("key") != self.digest:
+            return None, None
+        try:
+            return None, (row["prompt"], PromptDecodes(
+                {name: DecodeResult(**r) for name, r in row["results"].items()}, tuple(row["order"]),
+                row["other_cpu_seconds"], row["wall_seconds"], resumed=True))
+        except (KeyError, TypeError, AttributeError):
+            return "holds another layout", None
 
     def prompt_key(self, i: int, ids: list[int], max_new_tokens: int) -> str:
         """Prompt ``i`` of the call (its place sets its order and, sampling, its generator's seed)."""
@@ -172,7 +194,7 @@ class Journal:
                "other_cpu_seconds": decodes.other_cpu_seconds, "wall_seconds": decodes.wall_seconds}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(with_seal(row)) + "\n")
             f.flush()
             os.fsync(f.fileno())
 

@@ -4,7 +4,9 @@
 the drafter config, benchmark and sampling, vLLM benchmark): ``required`` is what the card
 reads, ``properties`` every field the stage writes, with its meaning. ``load_results`` reads and
 checks every file of a run; a file that breaks its schema is refused with one line naming the
-file and the field. The field tables of docs/results.md are generated from the same schemas
+file and the field. Every number is finite: NaN and Infinity, which Python's JSON reads and
+which pass every bound of a schema, are refused in every file. The files their stage seals
+(``SEALED``: the benchmark's and sampling's, ``content_sha256``) are read only with an intact seal. The field tables of docs/results.md are generated from the same schemas
 (``python -m domino.card.results`` prints them; a test keeps the document equal to them).
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import math
 from pathlib import Path
 
 import yaml
@@ -22,6 +26,7 @@ from ..runs import split_replicate, trained_runs
 from .published import CHECKPOINTS
 
 SCHEMAS = Path(__file__).resolve().parent / "results_schemas.yaml"  # shipped inside the package
+SEALED = ("benchmark",)  # the kinds whose stage seals its files (domino.bench.run): no seal, no read
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,6 +46,9 @@ def check(obj, kind: str, path: Path | str):
     """``obj`` if it is a valid ``kind`` file, else ValueError naming ``path`` and the first bad field."""
     if not isinstance(obj, dict):
         raise ValueError(f"results file {path}: expected a JSON object, got {type(obj).__name__}")
+    bad = _non_finite(obj)
+    if bad:
+        raise ValueError(f"results file {path}: {bad}")
     errors = sorted(_validator(kind).iter_errors(obj),
                     key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if not errors:
@@ -55,6 +63,19 @@ def check(obj, kind: str, path: Path | str):
         field = ".".join(filter(None, (where, missing[0])))
         raise ValueError(f"results file {path} lacks field {field}")
     raise ValueError(f"results file {path}: {where or '(top level)'}: {' '.join(err.message.split())}")
+
+
+def _non_finite(node, path=()) -> str | None:
+    """``"field: NaN is not a finite number"`` for the first NaN or infinity in ``node``, or None."""
+    if isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, list):
+        items = enumerate(node)
+    else:
+        if isinstance(node, float) and not math.isfinite(node):
+            return f"{'.'.join(map(str, path)) or '(top level)'}: {json.dumps(node)} is not a finite number"
+        return None
+    return next((bad for k, v in items if (bad := _non_finite(v, (*path, k)))), None)
 
 
 def _cross_field(obj: dict, kind: str) -> str | None:
@@ -80,9 +101,9 @@ def _cross_field(obj: dict, kind: str) -> str | None:
 
 
 def _read(path: Path, kind: str) -> dict:
-    """A results file checked against its schema (and against its seal, when it carries one:
-    the benchmark's files do, ``domino.io.write_json``)."""
-    return check(read_json(path), kind, path)
+    """A results file checked against its seal (required of the ``SEALED`` kinds; checked in any
+    file that carries one, ``domino.io.read_json``), then against its schema."""
+    return check(read_json(path, sealed=kind in SEALED), kind, path)
 
 
 def read_benchmark(p: Path) -> dict:

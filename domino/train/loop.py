@@ -30,7 +30,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ..aux import FINAL_NORMS, decoder_parts
-from ..io import atomic_path, write_json, write_jsonl
+from ..io import save_torch, write_json, write_jsonl
 from ..loss import (
     curriculum_loss,
     cut_after_first_wrong,
@@ -413,8 +413,7 @@ def _save_state(run: _Run) -> None:
     st = {"model": run.drafter.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
           "metrics": run.metrics, "seconds": run.seconds, "config": asdict(run.cfg), "total_steps": run.total,
           "inputs": run.inputs}
-    with atomic_path(run.state_path) as tmp:
-        torch.save(st, tmp)
+    save_torch(st, run.state_path)  # a full disk is named, with the file
 
 
 def _run_steps(run: _Run, stop_at: int, desc: str) -> None:
