@@ -754,20 +754,23 @@ CLAIMS_HEADER = "| Claim | Published | This run (95% interval) | Verdict |"
 SHOWN = re.compile(r"([+-]?[\d.]+)(%|×) \[([+-]?[\d.]+)(?:%|×), ([+-]?[\d.]+)(?:%|×)\]")
 
 
-def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER_VERIFIER,
-                 repeating: bool = False) -> list[str]:
+def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER_VERIFIER) -> list[str]:
     """The claims table: one row per published claim, this run's paired figure as computed here from
-    the benchmark files, and a verdict that follows from the printed interval; the card's opening
-    repeats each verdict for a reproduction, and only this run's figures for another verifier; a
-    run whose plain outputs repeat (``repeating``) has no opening figures at all. Returns the verdicts."""
+    the benchmark files (``benches``, by run name, "baseline" among them), and a verdict that follows
+    from the printed interval; the card's opening repeats each verdict for a reproduction, and only
+    this run's figures for another verifier; a run whose verdicts are withheld (``claims.withheld``)
+    reads why in every row and has no opening figures at all. Returns the verdicts."""
+    held = claims.withheld(scope, benches, LABELS)
     rows = table(repro, CLAIMS_HEADER)
     assert len(rows) == len(published.CLAIMS)
     verdicts = []
     for row, claim in zip(rows, published.CLAIMS):
         assert row[1] == claim["stated"]
         expected = claims.measure(claim["figure"], benches[claim["a"]], benches[claim["b"]])
+        if held:
+            assert row[3] == held.verdict
         if row[2] == "no figure":
-            assert expected is None and row[3] == claims.NO_FIGURE
+            assert expected is None and row[3] == (held.verdict if held else claims.NO_FIGURE)
         else:
             m = SHOWN.fullmatch(row[2])
             assert m, row[2]
@@ -776,14 +779,15 @@ def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER
             rounding = 0.0005 if m[2] == "%" else 0.005  # half the last printed digit
             for got, want in zip(printed, expected):
                 assert got == pytest.approx(want, abs=rounding + 1e-9)
-            assert row[3] == claims.verdict(claim["published"], expected)
-            # the printed figure gives the same verdict, unless a bound sits within rounding of 0 or p,
-            # or the estimate within rounding of 0 (its sign then lost in the printing)
-            assert row[3] == claims.verdict(claim["published"], printed) or abs(printed.value) <= rounding or any(
-                abs(x - y) <= rounding for x in (printed.low, printed.high) for y in (0.0, claim["published"]))
+            if not held:
+                assert row[3] == claims.verdict(claim["published"], expected)
+                # the printed figure gives the same verdict, unless a bound sits within rounding of 0 or p,
+                # or the estimate within rounding of 0 (its sign then lost in the printing)
+                assert row[3] == claims.verdict(claim["published"], printed) or abs(printed.value) <= rounding or any(
+                    abs(x - y) <= rounding for x in (printed.low, printed.high) for y in (0.0, claim["published"]))
         assert row[3] in claims.VERDICTS
         verdicts.append(row[3])
-    if repeating:
+    if held:
         assert "> **No headline and no verdict:**" in card and "> **Published claims**" not in card
     elif scope == claims.REPRODUCTION:
         line = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
@@ -817,9 +821,9 @@ def test_the_claims_section_follows_what_the_run_is(tmp_path, kind, scope):
     assert claims.claims_scope(scale_of(kind)) == scope
     render_results(FIXTURE, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
     card, repro = (tmp_path / "model_card.md").read_text(), (tmp_path / "reproduction.md").read_text()
-    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
+    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in ["baseline", *CKPTS]}
     if scope == claims.RANDOM_VERIFIER:
-        assert "> **Published claims: not tested.**" in card
+        assert "> **No headline and no verdict:** the verifier has random weights" in card
         assert [r[3] for r in table(repro, CLAIMS_HEADER)] == [claims.NOT_TESTED] * len(published.CLAIMS)
         assert not any(v in card + repro for v in claims.VERDICTS if v != claims.NOT_TESTED)
     else:
@@ -849,9 +853,66 @@ def test_a_verifier_that_repeats_itself_gets_no_headline_and_no_verdict(results_
     assert claims.repeating_share({}) is None  # a results file without the check
 
 
+def accepting_nothing(results_dir, runs):
+    """The fixtures' ``runs`` as if the verifier had accepted none of their drafts."""
+    for run in runs:
+        p = results_dir / "benchmark" / "humaneval" / f"{run}.json"
+        b = json.loads(p.read_text())
+        for prompt in b["prompts"]:
+            prompt["accepted_per_step"] = [0] * len(prompt["accepted_per_step"])
+        n = len(b["summary"]["per_position_acceptance"])
+        b["summary"].update(acceptance_length=1.0, acceptance_length_ci=[1.0, 1.0], accepted=0,
+                            acceptance_length_per_prompt_mean=1.0, acceptance_length_per_prompt_mean_ci=[1.0, 1.0],
+                            per_position_acceptance=[0.0] * n, per_position_acceptance_ci=[[0.0, 0.0]] * n,
+                            conditional_acceptance=[0.0] * n)
+        p.write_text(json.dumps(b))
+
+
+# a verifier: its kind, what it does to the fixtures' runs, and the verdict every claim then reads (None: its own)
+VERIFIERS = {"trained": ("hub", None, None), "looping": ("hub", "loops", claims.LOOPING),
+             "random": ("random", None, claims.NOT_TESTED),
+             "random, in a local folder": ("local", "accepts nothing", claims.NOTHING_ACCEPTED)}
+READINGS = ("its interval excludes zero", "its interval includes zero", "no difference: its interval is exactly zero")
+
+
+@pytest.mark.parametrize("verifier", list(VERIFIERS))
+def test_every_report_gives_or_withholds_its_verdicts_together(results_copy, tmp_path, verifier):
+    """A verifier that loops (88.9% of its 4-grams repeated, as GPT-2's), a random one, a random one
+    the run does not know for random (it accepts nothing) and a trained one: the card, its appendix
+    and the reproduction report read one rule, so they withhold their verdicts together, each saying
+    the same why, or all give them."""
+    kind, does, expected = VERIFIERS[verifier]
+    if does == "loops":
+        p = results_copy / "benchmark" / "humaneval" / "baseline.json"
+        b = json.loads(p.read_text())
+        b["summary"]["repeated_4gram_share"] = 0.889
+        p.write_text(json.dumps(b))
+    elif does == "accepts nothing":
+        accepting_nothing(results_copy, CKPTS)
+    render_results(results_copy, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
+    card, appendix, repro = [(tmp_path / f).read_text() for f in ("model_card.md", "model_card_appendix.md",
+                                                                   "reproduction.md")]
+    held = claims.withheld(claims.claims_scope(scale_of(kind)), load_results(results_copy)["benchmark"], LABELS)
+    facts = {"loops": {"share": 0.889}, "accepts nothing": {"rows": ("Domino", "DFlash noshift")}}.get(does, {})
+    assert held == (None if expected is None else claims.Withheld(expected, **facts))
+    verdicts = [r[3] for r in table(repro, CLAIMS_HEADER)]
+    if expected is None:
+        opening = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
+        assert re.findall(r"\*\*([^*]+)\*\*;", opening) == verdicts and not set(verdicts) & set(claims.WITHHELD)
+        assert any(r in appendix for r in READINGS) and "No verdict" not in appendix + repro
+        assert "No headline" not in card
+    else:
+        assert verdicts == [expected] * len(published.CLAIMS)
+        line = next(line for line in card.splitlines() if line.startswith("> **No headline and no verdict:** "))
+        why = line.removeprefix("> **No headline and no verdict:** ").removesuffix(".")
+        for text in (repro, appendix):
+            assert f": {why}." in " ".join(text.split())
+        assert not any(r in appendix for r in READINGS) and not any(f"**{v}**" in card for v in claims.VERDICTS)
+
+
 def test_claims_table_on_the_fixtures(rendered):
     out, _, _, repro = rendered
-    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
+    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in ["baseline", *CKPTS]}
     verdicts = check_claims((out / "model_card.md").read_text(), repro, benches)
     assert verdicts[0] == claims.verdict(0.277, claims.measure("acceptance_length", benches["domino"],
                                                                  benches["dflash-noshift"]))
@@ -862,10 +923,10 @@ def test_claims_table_on_the_fixtures(rendered):
 def test_claims_on_the_micro_run(micro_run):
     """Each verdict of the finished micro run follows from its interval."""
     reports = micro_run / "reports"
-    benches = {c: json.loads((micro_run / "results" / "benchmark" / "humaneval" / f"{c}.json").read_text()) for c in CKPTS}
-    plain = json.loads((micro_run / "results" / "benchmark" / "humaneval" / "baseline.json").read_text())["summary"]
+    benches = {c: json.loads((micro_run / "results" / "benchmark" / "humaneval" / f"{c}.json").read_text())
+               for c in ["baseline", *CKPTS]}
     verdicts = check_claims((reports / "model_card.md").read_text(), (reports / "reproduction.md").read_text(),
-                            benches, repeating=claims.repeating_share(plain) is not None)
+                            benches)
     assert len(verdicts) == 3
 
 

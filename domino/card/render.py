@@ -17,7 +17,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..io import write_text
-from .claims import REPEATING_SHARE, claim_rows, claims_scope, differences_clause, repeating_share
+from .claims import claim_rows, claims_scope, differences_clause, withheld
 from .filters import environment
 from .html import write_html
 from .paths import DATA_SIZE_PLOT, PLOTS, TEMPLATES, CardPaths, html_path
@@ -439,7 +439,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     return {
         "claims": claim_rows(res["benchmark"], LABELS, scope), "claims_scope": scope,
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
-        "repeating": repeating_share(res["benchmark"]["baseline"]["summary"]), "repeating_limit": REPEATING_SHARE,
+        "withheld": withheld(scope, res["benchmark"], LABELS),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
         "cost_aware": [{"suite": _suite_name(res["suites"][suite]), "label": lookup_label(b), **_adaptive(b)}
