@@ -24,6 +24,7 @@ from conftest import (
 from domino import stats
 from domino.card import claims, filters, plots, published, render, scale
 from domino.card.results import load_results
+from domino.decoders import KINDS
 from domino.stats import compare_checkpoints, implied_acceptance_length
 from domino.tools import compare
 
@@ -459,7 +460,7 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
     render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
     assert re.search(r"\| Domino \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
-                     text)
+                     text.replace("**", ""))  # bold: the fastest row
 
 
 def test_every_printed_interval_contains_its_point(rendered, tmp_path):
@@ -966,3 +967,79 @@ def test_html_pages_embed_their_plots(rendered):
     assert '<h2 id="scale-of-this-run">' in appendix
     repro = (out / "reproduction.html").read_text()
     assert '<h2 id="published-claims">' in repro and "<th>Verdict</th>" in repro
+
+
+# ---------------------------------------------------------------- the rows without training of their own
+
+LOOKUP_RUNS = ["ngram", "suffix", "ngram-domino", "domino-adaptive", "hybrid"]  # every kind of domino.decoders
+
+
+@pytest.fixture(scope="module")
+def lookup_reports(tmp_path_factory):
+    """The fixtures' card, appendix and reproduction report with every row of ``LOOKUP_RUNS``."""
+    out = tmp_path_factory.mktemp("lookups")
+    render_results(FIXTURE, out, CARD_INFO, PROVENANCE, lookups=LOOKUP_RUNS)
+    return [(out / f).read_text() for f in ("model_card.md", "model_card_appendix.md", "reproduction.md")]
+
+
+def raw_rows(text: str, header: str) -> list[str]:
+    """The lines of the table under ``header``, as written (bold markers kept)."""
+    lines = text.splitlines()
+    start = lines.index(header) + 2
+    return lines[start:lines.index("", start)]
+
+
+def test_the_fastest_row_is_the_one_in_bold(lookup_reports):
+    """In every table of the card that sets a row in bold, that row is the fastest, whichever it is
+    (the fixtures' hybrid row, not Domino); the reproduction report names it."""
+    card, _, repro = lookup_reports
+    files = {r: fixture(f"benchmark/humaneval/{r}.json") for r in [*CKPTS, *LOOKUP_RUNS]}
+    labels = {r: LABELS.get(r) or render.lookup_label(b) for r, b in files.items()}
+    top = max(files, key=lambda r: files[r]["summary"]["speedup"])
+    assert top == "hybrid"
+    for header in (SEED_HEADERS[2], SEED_HEADERS[3], SPEED_HEADER):
+        rows = raw_rows(card, header)
+        assert [r.split("|")[1].strip() for r in rows if r.startswith("| **")] == [f"**{labels[top]}**"], header
+    assert f"The fastest row of all, {labels[top]}, is the one the model card sets in bold." in repro
+
+
+def test_no_acceptance_is_compared_across_definitions(lookup_reports):
+    """A row whose acceptance length counts only the steps that sent a draft (the registry's
+    ``every_step``) is compared in speed alone, in the card and its appendix; a row over every step
+    (the lookup-then-Domino row) keeps its acceptance comparison."""
+    card, appendix, repro = lookup_reports
+    agg = {r[0]: r[3] for r in table(card, SEED_HEADERS[2])}
+    kinds = set()
+    for run in LOOKUP_RUNS:
+        b = fixture(f"benchmark/humaneval/{run}.json")
+        every = KINDS[b["decoder"]["kind"]].every_step
+        kinds.add(every)
+        cell = agg[render.lookup_label(b)]
+        assert cell.startswith("acceptance not comparable, ") != every, cell
+        assert re.fullmatch(r"(acceptance not comparable|\S+ \[\S+, \S+\] accept), \S+ \[\S+, \S+\] speedup", cell)
+    assert kinds == {True, False}  # both kinds of row are exercised
+    # the bar: Domino against the fastest free row (the suffix cache), in speed alone
+    line = next(line for line in card.splitlines() if "Domino against it, paired over the same prompts: " in line)
+    assert re.search(r"paired over the same prompts: \S+ \[\S+, \S+\] speedup\.$", line), line
+    assert "acceptance length counts only the steps that sent a draft, so it is compared with none" in appendix
+    assert "| every step |" in repro and "| the steps that sent a draft: not comparable |" in repro
+
+
+def test_every_row_a_user_could_pick_is_in_the_reproduction_report(lookup_reports):
+    """The reproduction report lists every row without training of its own, with its speedup and
+    Domino's against it, and says whether a trained drafter clears the bar of the free rows."""
+    _, _, repro = lookup_reports
+    header = ("| Row | Needs a trained checkpoint | Speedup over plain greedy | Domino against it, speedup (paired) "
+              "| Accept len | Acceptance length counts |")
+    rows = {r[0]: r for r in table(repro, header)}
+    dom = fixture("benchmark/humaneval/domino.json")
+    for run in LOOKUP_RUNS:
+        b = fixture(f"benchmark/humaneval/{run}.json")
+        row = rows.pop(render.lookup_label(b))
+        assert row[1] == ("no" if b["decoder"]["free"] else "yes")
+        check_ci(row[2], b["summary"]["speedup"], b["summary"]["speedup_ci"], 2, "×")
+        iv = compare_checkpoints(dom, b, seed=0).speedup
+        check_ci(row[3], iv.estimate, (iv.low, iv.high), 1, "%", scale=100)
+    assert rows == {}
+    assert "No trained drafter clears the bar: the fastest row that needs no training, suffix cache, no training" \
+        in " ".join(repro.split())
