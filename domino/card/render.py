@@ -24,6 +24,7 @@ from .html import write_html
 from .paths import DATA_SIZE_PLOT, PLOTS, TEMPLATES, CardPaths, html_path
 from .plots import MIN_STEPS, steps_behind_conditional, write_plots
 from .published import CHECKPOINTS, FIGURES as SEED_CARD, LABELS, NAME as SEED_NAME, SETTINGS as SEED_SETTINGS
+from .published import TRAINER, TRAINER_COMMIT, TRAINER_CONVENTIONS
 from .results import MAIN_SUITE
 from .scale import ScaleStatement
 from .tables import (
@@ -262,6 +263,14 @@ def _validation_column_note() -> dict:
             "column_mean": statistics.mean(v["base_acc"]), "overall": v["overall"]}
 
 
+def _trainer_sources() -> dict:
+    """Where the card's trainer sets each convention the Training table sets this run beside
+    (``published.TRAINER_CONVENTIONS``): the trainer, its commit, and per config key its choice and
+    the files and lines that make it, which the appendix cites."""
+    return {"trainer": TRAINER, "commit": TRAINER_COMMIT,
+            "rows": [{"key": k, "choice": v, "source": src} for k, (v, src) in TRAINER_CONVENTIONS.items()]}
+
+
 def _domino_vs_dflash(res: dict, by_name: dict) -> list[dict]:
     """Domino against each DFlash row of the card: paired relative differences (the one against
     DFlash noshift is Domino's row's ``vs_ref``)."""
@@ -496,6 +505,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "same_budget": len({(r["steps"], r["epochs"]) for r in by_name.values()}) == 1,
         "vllm": _vllm_rows(res), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
         "published": SEED_SETTINGS, "replicates": _replicate_section(res, order, replicates),
+        "trainer_sources": _trainer_sources(),
     }
 
 
