@@ -23,8 +23,16 @@ from .filters import environment
 from .html import write_html
 from .paths import DATA_SIZE_PLOT, PLOTS, TEMPLATES, CardPaths, html_path
 from .plots import MIN_STEPS, steps_behind_conditional, write_plots
-from .published import CHECKPOINTS, FIGURES as SEED_CARD, LABELS, NAME as SEED_NAME, SETTINGS as SEED_SETTINGS
-from .published import TRAINER, TRAINER_COMMIT, TRAINER_CONVENTIONS
+from .published import (
+    CHECKPOINTS,
+    FIGURES as SEED_CARD,
+    LABELS,
+    NAME as SEED_NAME,
+    SETTINGS as SEED_SETTINGS,
+    TRAINER,
+    TRAINER_COMMIT,
+    TRAINER_CONVENTIONS,
+)
 from .results import MAIN_SUITE
 from .scale import ScaleStatement
 from .tables import (
