@@ -50,12 +50,17 @@ class Kind:
     off), ``label`` how the card names its row (``{checkpoint}``: the checkpoint's label, which the
     card fills in), ``free`` whether it drafts without a
     trained checkpoint, ``build(spec, neural)`` the drafter the loop decodes with (``neural``: the
-    checkpoint's ``domino.decode.NeuralDraft``, or None)."""
+    checkpoint's ``domino.decode.NeuralDraft``, or None). ``every_step``: whether every step of
+    the decode sends a draft, so that its acceptance length counts every step, as a trained
+    drafter's does; a decoder that may send nothing (a plain step, which its acceptance length
+    leaves out) has an acceptance length of another definition, which the card compares with no
+    other row's."""
 
     rows: Callable[[dict, list[str]], list[DecoderSpec]]
     label: str
     free: bool
     build: Callable[[DecoderSpec, object], object]
+    every_step: bool = False
 
 
 def _ngram_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
@@ -134,7 +139,8 @@ def _build_hybrid(spec: DecoderSpec, neural):
 KINDS: dict[str, Kind] = {
     "ngram": Kind(_ngram_rows, "n-gram lookup, no training", True, _build_ngram),
     "suffix": Kind(_suffix_rows, "suffix cache, no training", True, lambda spec, n: _suffix(spec.settings)),
-    "ngram-then": Kind(_ngram_then_rows, "n-gram lookup, then {checkpoint}", False, _build_ngram_then),
+    "ngram-then": Kind(_ngram_then_rows, "n-gram lookup, then {checkpoint}", False, _build_ngram_then,
+                       every_step=True),
     "adaptive": Kind(_adaptive_rows, "{checkpoint}, cost-aware", False, _build_adaptive),
     "hybrid": Kind(_hybrid_rows, "hybrid: {checkpoint}, the free drafts or none, cost-aware", False,
                    _build_hybrid),

@@ -24,6 +24,7 @@ from conftest import (
 from domino import stats
 from domino.card import claims, filters, plots, published, render, scale
 from domino.card.results import load_results
+from domino.decoders import KINDS
 from domino.io import write_json
 from domino.stats import compare_checkpoints, implied_acceptance_length
 from domino.tools import compare
@@ -86,7 +87,9 @@ def test_seed_tables_present(rendered):
     model_rows, training_rows = [rows for h, rows in tables(text) if h == "| Parameter | Value |"]
     assert [r[0] for r in model_rows] == SEED_MODEL_ROWS
     assert [r[0] for r in training_rows if r[0] not in EXTRA_TRAINING_ROWS] == SEED_TRAINING_ROWS
-    assert "{{" not in text and "None" not in text.replace("None (pos0 masked)", "")
+    cited = [source for _, source in published.TRAINER_CONVENTIONS.values()]  # PR 685's code, quoted
+    assert "{{" not in text and "None" not in re.sub("|".join(map(re.escape, cited)), "",
+                                                      text.replace("None (pos0 masked)", ""))
 
 
 def test_model_and_training_tables(rendered):
@@ -460,7 +463,7 @@ def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_pat
     render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card.md").read_text()
     assert re.search(r"\| Domino \| [^|]+ \| [\d.]+× \[[^|]+\] \| all but 1 near-ties \(logit gap ≤ 0\.25\) \|",
-                     text)
+                     text.replace("**", ""))  # bold: the fastest row
 
 
 def test_every_printed_interval_contains_its_point(rendered, tmp_path):
@@ -755,20 +758,23 @@ CLAIMS_HEADER = "| Claim | Published | This run (95% interval) | Verdict |"
 SHOWN = re.compile(r"([+-]?[\d.]+)(%|×) \[([+-]?[\d.]+)(?:%|×), ([+-]?[\d.]+)(?:%|×)\]")
 
 
-def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER_VERIFIER,
-                 repeating: bool = False) -> list[str]:
+def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER_VERIFIER) -> list[str]:
     """The claims table: one row per published claim, this run's paired figure as computed here from
-    the benchmark files, and a verdict that follows from the printed interval; the card's opening
-    repeats each verdict for a reproduction, and only this run's figures for another verifier; a
-    run whose plain outputs repeat (``repeating``) has no opening figures at all. Returns the verdicts."""
+    the benchmark files (``benches``, by run name, "baseline" among them), and a verdict that follows
+    from the printed interval; the card's opening repeats each verdict for a reproduction, and only
+    this run's figures for another verifier; a run whose verdicts are withheld (``claims.withheld``)
+    reads why in every row and has no opening figures at all. Returns the verdicts."""
+    held = claims.withheld(scope, benches, LABELS)
     rows = table(repro, CLAIMS_HEADER)
     assert len(rows) == len(published.CLAIMS)
     verdicts = []
     for row, claim in zip(rows, published.CLAIMS):
         assert row[1] == claim["stated"]
         expected = claims.measure(claim["figure"], benches[claim["a"]], benches[claim["b"]])
+        if held:
+            assert row[3] == held.verdict
         if row[2] == "no figure":
-            assert expected is None and row[3] == claims.NO_FIGURE
+            assert expected is None and row[3] == (held.verdict if held else claims.NO_FIGURE)
         else:
             m = SHOWN.fullmatch(row[2])
             assert m, row[2]
@@ -777,14 +783,15 @@ def check_claims(card: str, repro: str, benches: dict, scope: str = claims.OTHER
             rounding = 0.0005 if m[2] == "%" else 0.005  # half the last printed digit
             for got, want in zip(printed, expected):
                 assert got == pytest.approx(want, abs=rounding + 1e-9)
-            assert row[3] == claims.verdict(claim["published"], expected)
-            # the printed figure gives the same verdict, unless a bound sits within rounding of 0 or p,
-            # or the estimate within rounding of 0 (its sign then lost in the printing)
-            assert row[3] == claims.verdict(claim["published"], printed) or abs(printed.value) <= rounding or any(
-                abs(x - y) <= rounding for x in (printed.low, printed.high) for y in (0.0, claim["published"]))
+            if not held:
+                assert row[3] == claims.verdict(claim["published"], expected)
+                # the printed figure gives the same verdict, unless a bound sits within rounding of 0 or p,
+                # or the estimate within rounding of 0 (its sign then lost in the printing)
+                assert row[3] == claims.verdict(claim["published"], printed) or abs(printed.value) <= rounding or any(
+                    abs(x - y) <= rounding for x in (printed.low, printed.high) for y in (0.0, claim["published"]))
         assert row[3] in claims.VERDICTS
         verdicts.append(row[3])
-    if repeating:
+    if held:
         assert "> **No headline and no verdict:**" in card and "> **Published claims**" not in card
     elif scope == claims.REPRODUCTION:
         line = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
@@ -818,9 +825,9 @@ def test_the_claims_section_follows_what_the_run_is(tmp_path, kind, scope):
     assert claims.claims_scope(scale_of(kind)) == scope
     render_results(FIXTURE, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
     card, repro = (tmp_path / "model_card.md").read_text(), (tmp_path / "reproduction.md").read_text()
-    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
+    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in ["baseline", *CKPTS]}
     if scope == claims.RANDOM_VERIFIER:
-        assert "> **Published claims: not tested.**" in card
+        assert "> **No headline and no verdict:** the verifier has random weights" in card
         assert [r[3] for r in table(repro, CLAIMS_HEADER)] == [claims.NOT_TESTED] * len(published.CLAIMS)
         assert not any(v in card + repro for v in claims.VERDICTS if v != claims.NOT_TESTED)
     else:
@@ -850,9 +857,66 @@ def test_a_verifier_that_repeats_itself_gets_no_headline_and_no_verdict(results_
     assert claims.repeating_share({}) is None  # a results file without the check
 
 
+def accepting_nothing(results_dir, runs):
+    """The fixtures' ``runs`` as if the verifier had accepted none of their drafts."""
+    for run in runs:
+        p = results_dir / "benchmark" / "humaneval" / f"{run}.json"
+        b = json.loads(p.read_text())
+        for prompt in b["prompts"]:
+            prompt["accepted_per_step"] = [0] * len(prompt["accepted_per_step"])
+        n = len(b["summary"]["per_position_acceptance"])
+        b["summary"].update(acceptance_length=1.0, acceptance_length_ci=[1.0, 1.0], accepted=0,
+                            acceptance_length_per_prompt_mean=1.0, acceptance_length_per_prompt_mean_ci=[1.0, 1.0],
+                            per_position_acceptance=[0.0] * n, per_position_acceptance_ci=[[0.0, 0.0]] * n,
+                            conditional_acceptance=[0.0] * n)
+        p.write_text(json.dumps(b))
+
+
+# a verifier: its kind, what it does to the fixtures' runs, and the verdict every claim then reads (None: its own)
+VERIFIERS = {"trained": ("hub", None, None), "looping": ("hub", "loops", claims.LOOPING),
+             "random": ("random", None, claims.NOT_TESTED),
+             "random, in a local folder": ("local", "accepts nothing", claims.NOTHING_ACCEPTED)}
+READINGS = ("its interval excludes zero", "its interval includes zero", "no difference: its interval is exactly zero")
+
+
+@pytest.mark.parametrize("verifier", list(VERIFIERS))
+def test_every_report_gives_or_withholds_its_verdicts_together(results_copy, tmp_path, verifier):
+    """A verifier that loops (88.9% of its 4-grams repeated, as GPT-2's), a random one, a random one
+    the run does not know for random (it accepts nothing) and a trained one: the card, its appendix
+    and the reproduction report read one rule, so they withhold their verdicts together, each saying
+    the same why, or all give them."""
+    kind, does, expected = VERIFIERS[verifier]
+    if does == "loops":
+        p = results_copy / "benchmark" / "humaneval" / "baseline.json"
+        b = json.loads(p.read_text())
+        b["summary"]["repeated_4gram_share"] = 0.889
+        p.write_text(json.dumps(b))
+    elif does == "accepts nothing":
+        accepting_nothing(results_copy, CKPTS)
+    render_results(results_copy, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)
+    card, appendix, repro = [(tmp_path / f).read_text() for f in ("model_card.md", "model_card_appendix.md",
+                                                                   "reproduction.md")]
+    held = claims.withheld(claims.claims_scope(scale_of(kind)), load_results(results_copy)["benchmark"], LABELS)
+    facts = {"loops": {"share": 0.889}, "accepts nothing": {"rows": ("Domino", "DFlash noshift")}}.get(does, {})
+    assert held == (None if expected is None else claims.Withheld(expected, **facts))
+    verdicts = [r[3] for r in table(repro, CLAIMS_HEADER)]
+    if expected is None:
+        opening = next(line for line in card.splitlines() if line.startswith("> **Published claims**"))
+        assert re.findall(r"\*\*([^*]+)\*\*;", opening) == verdicts and not set(verdicts) & set(claims.WITHHELD)
+        assert any(r in appendix for r in READINGS) and "No verdict" not in appendix + repro
+        assert "No headline" not in card
+    else:
+        assert verdicts == [expected] * len(published.CLAIMS)
+        line = next(line for line in card.splitlines() if line.startswith("> **No headline and no verdict:** "))
+        why = line.removeprefix("> **No headline and no verdict:** ").removesuffix(".")
+        for text in (repro, appendix):
+            assert f": {why}." in " ".join(text.split())
+        assert not any(r in appendix for r in READINGS) and not any(f"**{v}**" in card for v in claims.VERDICTS)
+
+
 def test_claims_table_on_the_fixtures(rendered):
     out, _, _, repro = rendered
-    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in CKPTS}
+    benches = {c: fixture(f"benchmark/humaneval/{c}.json") for c in ["baseline", *CKPTS]}
     verdicts = check_claims((out / "model_card.md").read_text(), repro, benches)
     assert verdicts[0] == claims.verdict(0.277, claims.measure("acceptance_length", benches["domino"],
                                                                  benches["dflash-noshift"]))
@@ -863,10 +927,10 @@ def test_claims_table_on_the_fixtures(rendered):
 def test_claims_on_the_micro_run(micro_run):
     """Each verdict of the finished micro run follows from its interval."""
     reports = micro_run / "reports"
-    benches = {c: json.loads((micro_run / "results" / "benchmark" / "humaneval" / f"{c}.json").read_text()) for c in CKPTS}
-    plain = json.loads((micro_run / "results" / "benchmark" / "humaneval" / "baseline.json").read_text())["summary"]
+    benches = {c: json.loads((micro_run / "results" / "benchmark" / "humaneval" / f"{c}.json").read_text())
+               for c in ["baseline", *CKPTS]}
     verdicts = check_claims((reports / "model_card.md").read_text(), (reports / "reproduction.md").read_text(),
-                            benches, repeating=claims.repeating_share(plain) is not None)
+                            benches)
     assert len(verdicts) == 3
 
 
@@ -906,3 +970,79 @@ def test_html_pages_embed_their_plots(rendered):
     assert '<h2 id="scale-of-this-run">' in appendix
     repro = (out / "reproduction.html").read_text()
     assert '<h2 id="published-claims">' in repro and "<th>Verdict</th>" in repro
+
+
+# ---------------------------------------------------------------- the rows without training of their own
+
+LOOKUP_RUNS = ["ngram", "suffix", "ngram-domino", "domino-adaptive", "hybrid"]  # every kind of domino.decoders
+
+
+@pytest.fixture(scope="module")
+def lookup_reports(tmp_path_factory):
+    """The fixtures' card, appendix and reproduction report with every row of ``LOOKUP_RUNS``."""
+    out = tmp_path_factory.mktemp("lookups")
+    render_results(FIXTURE, out, CARD_INFO, PROVENANCE, lookups=LOOKUP_RUNS)
+    return [(out / f).read_text() for f in ("model_card.md", "model_card_appendix.md", "reproduction.md")]
+
+
+def raw_rows(text: str, header: str) -> list[str]:
+    """The lines of the table under ``header``, as written (bold markers kept)."""
+    lines = text.splitlines()
+    start = lines.index(header) + 2
+    return lines[start:lines.index("", start)]
+
+
+def test_the_fastest_row_is_the_one_in_bold(lookup_reports):
+    """In every table of the card that sets a row in bold, that row is the fastest, whichever it is
+    (the fixtures' hybrid row, not Domino); the reproduction report names it."""
+    card, _, repro = lookup_reports
+    files = {r: fixture(f"benchmark/humaneval/{r}.json") for r in [*CKPTS, *LOOKUP_RUNS]}
+    labels = {r: LABELS.get(r) or render.lookup_label(b) for r, b in files.items()}
+    top = max(files, key=lambda r: files[r]["summary"]["speedup"])
+    assert top == "hybrid"
+    for header in (SEED_HEADERS[2], SEED_HEADERS[3], SPEED_HEADER):
+        rows = raw_rows(card, header)
+        assert [r.split("|")[1].strip() for r in rows if r.startswith("| **")] == [f"**{labels[top]}**"], header
+    assert f"The fastest row of all, {labels[top]}, is the one the model card sets in bold." in repro
+
+
+def test_no_acceptance_is_compared_across_definitions(lookup_reports):
+    """A row whose acceptance length counts only the steps that sent a draft (the registry's
+    ``every_step``) is compared in speed alone, in the card and its appendix; a row over every step
+    (the lookup-then-Domino row) keeps its acceptance comparison."""
+    card, appendix, repro = lookup_reports
+    agg = {r[0]: r[3] for r in table(card, SEED_HEADERS[2])}
+    kinds = set()
+    for run in LOOKUP_RUNS:
+        b = fixture(f"benchmark/humaneval/{run}.json")
+        every = KINDS[b["decoder"]["kind"]].every_step
+        kinds.add(every)
+        cell = agg[render.lookup_label(b)]
+        assert cell.startswith("acceptance not comparable, ") != every, cell
+        assert re.fullmatch(r"(acceptance not comparable|\S+ \[\S+, \S+\] accept), \S+ \[\S+, \S+\] speedup", cell)
+    assert kinds == {True, False}  # both kinds of row are exercised
+    # the bar: Domino against the fastest free row (the suffix cache), in speed alone
+    line = next(line for line in card.splitlines() if "Domino against it, paired over the same prompts: " in line)
+    assert re.search(r"paired over the same prompts: \S+ \[\S+, \S+\] speedup\.$", line), line
+    assert "acceptance length counts only the steps that sent a draft, so it is compared with none" in appendix
+    assert "| every step |" in repro and "| the steps that sent a draft: not comparable |" in repro
+
+
+def test_every_row_a_user_could_pick_is_in_the_reproduction_report(lookup_reports):
+    """The reproduction report lists every row without training of its own, with its speedup and
+    Domino's against it, and says whether a trained drafter clears the bar of the free rows."""
+    _, _, repro = lookup_reports
+    header = ("| Row | Needs a trained checkpoint | Speedup over plain greedy | Domino against it, speedup (paired) "
+              "| Accept len | Acceptance length counts |")
+    rows = {r[0]: r for r in table(repro, header)}
+    dom = fixture("benchmark/humaneval/domino.json")
+    for run in LOOKUP_RUNS:
+        b = fixture(f"benchmark/humaneval/{run}.json")
+        row = rows.pop(render.lookup_label(b))
+        assert row[1] == ("no" if b["decoder"]["free"] else "yes")
+        check_ci(row[2], b["summary"]["speedup"], b["summary"]["speedup_ci"], 2, "×")
+        iv = compare_checkpoints(dom, b, seed=0).speedup
+        check_ci(row[3], iv.estimate, (iv.low, iv.high), 1, "%", scale=100)
+    assert rows == {}
+    assert "No trained drafter clears the bar: the fastest row that needs no training, suffix cache, no training" \
+        in " ".join(repro.split())

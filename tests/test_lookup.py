@@ -70,7 +70,7 @@ def test_the_card_sets_the_lookup_rows_beside_the_drafters(tmp_path):
     card = (tmp_path / "with" / "model_card.md").read_text()
     for label in ("n-gram lookup, no training", "n-gram lookup, then Domino", "suffix cache, no training",
                   "Domino, cost-aware", "hybrid: Domino, the free drafts or none, cost-aware"):
-        assert card.count(f"| {label} |") == 3, label  # Aggregate, Per-position, Speedup
+        assert card.replace("**", "").count(f"| {label} |") == 3, label  # Aggregate, Per-position, Speedup
     # the fixtures' suffix cache is the fastest row without training
     assert "**The fastest row that needs no training, suffix cache, no training, decodes faster than every" in card
     assert "Domino against it, paired over the same prompts:" in card

@@ -20,9 +20,22 @@ The verdict, stated once (``verdict``; docs/results.md quotes it), with ``p`` th
 * an estimate of exactly 0 whose interval is not a point at 0 has no side, and counts as
   **opposite direction, interval includes zero** (it does not lean the published way);
 * **contradicted**: the interval leaves out 0 on the other side;
-* **no figure**: the run cannot measure the difference (B never accepted a draft there);
+* **no figure**: the run cannot measure the difference (B never accepted a draft there).
+
+One rule withholds every verdict of a run at once (``withheld``), and the card, its appendix and
+the reproduction report all read it, so that they give or withhold their verdicts together; each
+claim then reads, first that applies:
+
 * **not tested: random verifier**: the verifier has random weights, so no acceptance it yields,
-  and no speed that follows from acceptance, says anything about the claim.
+  and no speed that follows from acceptance, says anything about the claim;
+* **not tested: the verifier loops**: more than ``REPEATING_SHARE`` of the 4-grams of the
+  verifier's own greedy outputs repeat an earlier one (``summary.repeated_4gram_share`` of the
+  plain decodes); a verifier that loops is easy to draft for, so its acceptance says nothing of
+  the drafter on text;
+* **not tested: no draft accepted**: neither checkpoint of the claims had a draft accepted on any
+  prompt, so there is no acceptance to compare and their speeds differ only by what drafting costs.
+
+A suite of ``benchmark.suites`` reads the rule on its own plain decodes and rows.
 
 Relative differences carry across scales where absolute figures do not: a run with another
 verifier, data and hardware (its scale statement says which) can still test them. What the claims
@@ -56,8 +69,11 @@ NO_DIFFERENCE = "no difference"
 CONTRADICTED = "contradicted"
 NO_FIGURE = "no figure"
 NOT_TESTED = "not tested: random verifier"
+LOOPING = "not tested: the verifier loops"
+NOTHING_ACCEPTED = "not tested: no draft accepted"
+WITHHELD = (NOT_TESTED, LOOPING, NOTHING_ACCEPTED)  # what every claim reads when the run gives no verdict
 VERDICTS = (REPRODUCED, OTHER_SIZE, SAME_NOT_SEPARATED, OPPOSITE_NOT_SEPARATED, NO_DIFFERENCE, CONTRADICTED, NO_FIGURE,
-            NOT_TESTED)
+            *WITHHELD)
 
 REPRODUCTION = "reproduction"
 OTHER_VERIFIER = "other verifier"
@@ -71,9 +87,47 @@ def repeating_share(plain_summary: dict) -> float | None:
     """The share of the plain (verifier-only) outputs' 4-grams that repeat an earlier one
     (``summary.repeated_4gram_share``) when it exceeds ``REPEATING_SHARE``, else None. A verifier
     that loops (a random-weight one writing one token forever) is easy to draft for: its acceptance
-    says nothing of the drafter on text, so such a run's card gives no headline and no verdict."""
+    says nothing of the drafter on text, so no report gives a verdict on such a run (``withheld``)."""
     share = plain_summary.get("repeated_4gram_share")
     return float(share) if share is not None and share > REPEATING_SHARE else None
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """Why a run gives no verdict on the published claims: ``verdict``, what each claim reads
+    instead (one of ``WITHHELD``); for ``LOOPING`` the plain outputs' repeated 4-gram ``share``
+    against the ``limit``; for ``NOTHING_ACCEPTED`` the claims' checkpoints as the card labels
+    them (``rows``)."""
+    verdict: str
+    share: float | None = None
+    limit: float = REPEATING_SHARE
+    rows: tuple[str, ...] = ()
+
+
+def claim_runs() -> list[str]:
+    """The checkpoints the published claims compare, in the claims' order."""
+    return list(dict.fromkeys(r for c in CLAIMS for r in (c["a"], c["b"])))
+
+
+def _accepted_nothing(bench: dict) -> bool:
+    """No draft of the run was accepted on any prompt (its per-prompt records)."""
+    return not any(any(p["accepted_per_step"]) for p in bench["prompts"])
+
+
+def withheld(scope: str, benchmarks: dict[str, dict], labels: dict[str, str]) -> Withheld | None:
+    """The one rule (the module docstring's) by which every report withholds its verdicts on the
+    published claims: ``scope`` is ``claims_scope``'s, ``benchmarks`` one suite's results by run
+    name, "baseline" (the plain decodes) among them, ``labels`` the card's row names. None: the
+    run gives its verdicts."""
+    if scope == RANDOM_VERIFIER:
+        return Withheld(NOT_TESTED)
+    share = repeating_share(benchmarks["baseline"]["summary"])
+    if share is not None:
+        return Withheld(LOOPING, share=share)
+    runs = claim_runs()
+    if all(_accepted_nothing(benchmarks[r]) for r in runs):
+        return Withheld(NOTHING_ACCEPTED, rows=tuple(labels.get(r, r) for r in runs))
+    return None
 
 
 def claims_scope(scale: ScaleStatement) -> str:
@@ -162,12 +216,14 @@ def measure(figure: str, bench_a: dict, bench_b: dict) -> Estimate | None:
 
 
 def claim_rows(benchmarks: dict[str, dict], labels: dict[str, str], scope: str = REPRODUCTION) -> list[ClaimRow]:
-    """One row per ``published.CLAIMS`` entry, from the benchmark results by run name; under
-    ``RANDOM_VERIFIER`` each figure is still measured, and no verdict is given."""
+    """One row per ``published.CLAIMS`` entry, from one suite's benchmark results by run name
+    ("baseline" among them); where ``withheld`` withholds the verdicts each figure is still
+    measured, and reads why in place of a verdict."""
+    held = withheld(scope, benchmarks, labels)
     rows = []
     for c in CLAIMS:
         measured = measure(c["figure"], benchmarks[c["a"]], benchmarks[c["b"]])
-        said = NOT_TESTED if scope == RANDOM_VERIFIER else verdict(c["published"], measured)
+        said = held.verdict if held else verdict(c["published"], measured)
         rows.append(ClaimRow(f"{labels[c['a']]} vs {labels[c['b']]}", c["quantity"], c["stated"], c["kind"],
                              c["published"], measured, said))
     return rows

@@ -236,8 +236,10 @@ def teacher_forced_plot(res: dict, rows: list[dict]) -> Figure:
 
 def data_size_plot(section: dict) -> Figure:
     """Acceptance length and speedup over plain greedy against the conversations trained on, one
-    line per card row with its 95% intervals over prompts, the n-gram lookup (no training) as a
-    dashed line; ``section``: the card's Training-data size section (``render._data_size_section``)."""
+    line per card row with its 95% intervals over prompts, the fastest row that needs no training
+    as a dashed line (on the acceptance panel only where its acceptance length counts every step,
+    as the rows' does); ``section``: the card's Training-data size section
+    (``render._data_size_section``)."""
     fig = Figure(figsize=(9, 3.8))
     axes = fig.subplots(1, 2)
     sizes = [t["conversations"] for t in section["table"]]
@@ -248,7 +250,7 @@ def data_size_plot(section: dict) -> Figure:
             ax.errorbar(xs, [e.value for e in est], yerr=_yerr([e.value for e in est], [e.low for e in est],
                                                                [e.high for e in est]),
                         marker="o", capsize=3, label=row["label"])
-        if section["lookup"] is not None:
+        if section["lookup"] is not None and (key == "speedup_est" or section["lookup"]["comparable"]):
             e = section["lookup"][key]
             ax.axhline(e.value, linestyle="--", color="0.4", label=section["lookup"]["label"])
             ax.axhspan(e.low, e.high, color="0.4", alpha=0.12)

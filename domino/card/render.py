@@ -16,13 +16,23 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from ..decoders import KINDS
 from ..io import write_text
-from .claims import REPEATING_SHARE, claim_rows, claims_scope, differences_clause, repeating_share
+from .claims import claim_rows, claims_scope, differences_clause, withheld
 from .filters import environment
 from .html import write_html
 from .paths import DATA_SIZE_PLOT, PLOTS, TEMPLATES, CardPaths, html_path
 from .plots import MIN_STEPS, steps_behind_conditional, write_plots
-from .published import CHECKPOINTS, FIGURES as SEED_CARD, LABELS, NAME as SEED_NAME, SETTINGS as SEED_SETTINGS
+from .published import (
+    CHECKPOINTS,
+    FIGURES as SEED_CARD,
+    LABELS,
+    NAME as SEED_NAME,
+    SETTINGS as SEED_SETTINGS,
+    TRAINER,
+    TRAINER_COMMIT,
+    TRAINER_CONVENTIONS,
+)
 from .results import MAIN_SUITE
 from .scale import ScaleStatement
 from .tables import (
@@ -123,12 +133,12 @@ def _checkpoint_row(res: dict, ckpt: str) -> dict:
         "tps_est": estimate(s, "tps"), "speedup_est": estimate(s, "speedup"),
         "pos_est": pos_est, "cond_est": cond_est, "vs_ref": vs_ref,
         "first_slot_acc": tf.positions[0].marginal, "tf": tf,  # position 0 drafts a+1
-        "name": ckpt, "label": LABELS.get(ckpt, ckpt), "bold": ckpt == "domino",
+        "name": ckpt, "label": LABELS.get(ckpt, ckpt),
         "projector": v["projector"], "shift": v["shift_label"], "first": _first_trained(v),
         "al": s["acceptance_length"], "tps": s["tps"], "matches_baseline": s["matches_baseline"],
         "near_ties": len(s["near_tie_divergences"]), "tie_tolerance": s["tie_tolerance"],
         "replay": s.get("lossless_replay"),
-        "is_ref": ckpt == COMPARE_TO,
+        "is_ref": ckpt == COMPARE_TO, "comparable": True,  # a trained drafter's acceptance length counts every step
         "pos": [None if e is None else e.value for e in pos_est],
         "cond": [None if e is None else e.value for e in cond_est],
         "cond_steps": steps_behind_conditional(bench),
@@ -153,6 +163,33 @@ def is_free(bench: dict) -> bool:
     return bench["decoder"]["free"] if "decoder" in bench else bench["lookup"]["then"] is None
 
 
+def decoder_kind(bench: dict) -> str:
+    """A row's kind in the registry (``domino.decoders.KINDS``): its results file's ``decoder``
+    record; a file written before the registry is an n-gram lookup row, with a checkpoint or not."""
+    if "decoder" in bench:
+        return bench["decoder"]["kind"]
+    return "ngram" if bench["lookup"]["then"] is None else "ngram-then"
+
+
+def comparable_acceptance(bench: dict) -> bool:
+    """Whether a row without training of its own has an acceptance length of the trained drafters'
+    definition, over every step (``Kind.every_step``): the card compares acceptance only between
+    such rows, and a row whose acceptance length leaves out its plain steps with none."""
+    return KINDS[decoder_kind(bench)].every_step
+
+
+def fastest(rows: list[dict]) -> dict:
+    """The row of highest speedup over plain greedy (its point estimate)."""
+    return max(rows, key=lambda r: r["speedup_est"].value)
+
+
+def in_bold(*tables: list[dict]) -> list[list[dict]]:
+    """Each table's rows, copied, with ``bold`` set on the fastest of them all (``fastest``; every
+    row of that speedup on a tie): the one row the card's tables print in bold, whichever it is."""
+    top = fastest([r for rows in tables for r in rows])["speedup_est"].value
+    return [[{**r, "bold": r["speedup_est"].value == top} for r in rows] for rows in tables]
+
+
 def shown(bench: dict) -> bool:
     """Whether a row without training of its own has a row in the tables: one that drafted at all,
     and every cost-aware row (sending nothing is its plain fallback, which its speed shows)."""
@@ -165,14 +202,15 @@ def _lookup_row(res: dict, run: str) -> dict:
     bench = res["lookup"][MAIN_SUITE][run]
     s = bench["summary"]
     plain_per_token = s["plain_seconds"] / res["benchmark"]["baseline"]["summary"]["new_tokens"]
-    return {"name": run, "label": lookup_label(bench), "bold": False, "is_ref": False,
+    return {"name": run, "label": lookup_label(bench), "is_ref": False,
             "al_est": estimate(s, "acceptance_length"), "tps_est": estimate(s, "tps"),
             "speedup_est": estimate(s, "speedup"), "pos_est": _pos_estimates(bench),
             "vs_ref": compare(bench, res["benchmark"][COMPARE_TO]),
             "domino_vs": compare(res["benchmark"]["domino"], bench),
             "matches_baseline": s["matches_baseline"], "near_ties": len(s["near_tie_divergences"]),
             "tie_tolerance": s["tie_tolerance"], "replay": s.get("lossless_replay"),
-            "cost": step_cost(s, plain_per_token) if s["steps"] else None, "lookup": bench.get("lookup"), "kind": bench.get("decoder", {}).get("kind", "ngram"), "free": is_free(bench),
+            "cost": step_cost(s, plain_per_token) if s["steps"] else None, "lookup": bench.get("lookup"),
+            "kind": decoder_kind(bench), "free": is_free(bench), "comparable": comparable_acceptance(bench),
             "adaptive": _adaptive(bench), "bench": bench}
 
 
@@ -201,8 +239,7 @@ def _lookup_verdict(rows: list[dict], lookups: list[dict]) -> dict | None:
     free = [r for r in lookups if r["free"]]
     if not free:
         return None
-    alone = max(free, key=lambda r: r["speedup_est"].value)
-    best = max(rows, key=lambda r: r["speedup_est"].value)
+    alone, best = fastest(free), fastest(rows)
     return {"row": alone, "faster_than_all": alone["speedup_est"].value > best["speedup_est"].value,
             "best": best, "domino_vs": alone["domino_vs"],
             "cost_aware": [{"row": r, "vs": compare(r["bench"], alone["bench"])} for r in lookups if r["adaptive"]]}
@@ -232,6 +269,14 @@ def _validation_column_note() -> dict:
     v = SEED_CARD["validation"]
     return {"equal_columns": v["base_acc"] == v["final_acc"], "positions": len(v["base_acc"]),
             "column_mean": statistics.mean(v["base_acc"]), "overall": v["overall"]}
+
+
+def _trainer_sources() -> dict:
+    """Where the card's trainer sets each convention the Training table sets this run beside
+    (``published.TRAINER_CONVENTIONS``): the trainer, its commit, and per config key its choice and
+    the files and lines that make it, which the appendix cites."""
+    return {"trainer": TRAINER, "commit": TRAINER_COMMIT,
+            "rows": [{"key": k, "choice": v, "source": src} for k, (v, src) in TRAINER_CONVENTIONS.items()]}
 
 
 def _domino_vs_dflash(res: dict, by_name: dict) -> list[dict]:
@@ -274,8 +319,8 @@ def _data_size_section(res: dict, by_name: dict, points: dict, lookups: list[dic
     """Acceptance and speed against the conversations trained on (``points``: the variants that
     are a card row on fewer of them, ``paths.data_size_points``; the card's rows are the largest
     point): per size, each row's acceptance length and speedup over plain, its training time and
-    steps, and Domino against DFlash noshift, paired; the lookup alone as a line. None without
-    a point."""
+    steps, and Domino against DFlash noshift, paired; the fastest row that needs no
+    training as a line. None without a point."""
     if not points:
         return None
     total = training_conversations(res)
@@ -290,7 +335,8 @@ def _data_size_section(res: dict, by_name: dict, points: dict, lookups: list[dic
         table.append({"conversations": n, "cells": [cells[r] for r in rows],
                       "domino_vs": compare(res["benchmark"][cells["domino"]["name"]],
                                            res["benchmark"][cells[COMPARE_TO]["name"]]) if both else None})
-    alone = next((r for r in lookups if r["lookup"]["then"] is None), None)
+    free = [r for r in lookups if r["free"]]
+    alone = fastest(free) if free else None
     return {"rows": [{"name": r, "label": LABELS[r]} for r in rows], "table": table, "total": total,
             "lookup": alone, "plot": DATA_SIZE_PLOT["data_size"]}
 
@@ -368,11 +414,11 @@ def _suite_section(res: dict, scope: str) -> list[dict] | None:
             s = runs[c]["summary"]
             rows.append({"label": LABELS[c], "al": estimate(s, "acceptance_length"), "speedup": estimate(s, "speedup"),
                          "vs_ref": None if c == COMPARE_TO else compare(runs[c], runs[COMPARE_TO]),
-                         "near_ties": len(s["near_tie_divergences"])})
+                         "near_ties": len(s["near_tie_divergences"]), "comparable": True})
         lookups = [{"label": lookup_label(b), "al": estimate(b["summary"], "acceptance_length"),
                     "speedup": estimate(b["summary"], "speedup"), "vs_ref": compare(b, runs[COMPARE_TO]),
                     "near_ties": len(b["summary"]["near_tie_divergences"]), "domino_vs": compare(runs["domino"], b),
-                    "free": is_free(b), "bench": b}
+                    "free": is_free(b), "comparable": comparable_acceptance(b), "bench": b}
                    for b in res.get("lookup", {}).get(suite, {}).values() if shown(b)]
         free = [r for r in lookups if r["free"]]
         best_free = max(free, key=lambda r: r["speedup"].value) if free else None
@@ -433,13 +479,14 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
     lookups = [_lookup_row(res, run) for run, b in res.get("lookup", {}).get(MAIN_SUITE, {}).items()
                if shown(b)]  # then the rows without training of their own that drafted at all, and the cost-aware ones
+    rows, lookups = in_bold(rows, lookups)
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
     protocol = res["benchmark"]["baseline"]["protocol"]
     scope = claims_scope(card_info["scale"])
     return {
         "claims": claim_rows(res["benchmark"], LABELS, scope), "claims_scope": scope,
         "claims_differ": differences_clause(card_info["scale"], protocol["backend"]),
-        "repeating": repeating_share(res["benchmark"]["baseline"]["summary"]), "repeating_limit": REPEATING_SHARE,
+        "withheld": withheld(scope, res["benchmark"], LABELS),
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
         "cost_aware": [{"suite": _suite_name(res["suites"][suite]), "label": lookup_label(b), **_adaptive(b)}
@@ -466,6 +513,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "same_budget": len({(r["steps"], r["epochs"]) for r in by_name.values()}) == 1,
         "vllm": _vllm_rows(res), "seed_name": SEED_NAME, "seed_validation": _validation_column_note(),
         "published": SEED_SETTINGS, "replicates": _replicate_section(res, order, replicates),
+        "trainer_sources": _trainer_sources(),
     }
 
 

@@ -133,13 +133,12 @@ def optimizer_text(train: dict) -> str:
 
 def trainer_note(key: str, value) -> str:
     """Where a convention stands against the card's trainer (``published.TRAINER_CONVENTIONS``):
-    "as speculators PR 685 (source)" when ``value`` is its choice, else "speculators PR 685: its
-    choice (source)"."""
-    theirs, source = published.TRAINER_CONVENTIONS[key]
-    where = f"`{source}` at {published.TRAINER_COMMIT}"
+    "as speculators PR 685" when ``value`` is its choice, else "speculators PR 685: its choice".
+    The file and lines where PR 685 sets it are the appendix's, not the Training table's."""
+    theirs, _ = published.TRAINER_CONVENTIONS[key]
     if value == theirs:
-        return f"as {published.TRAINER} ({where})"
-    return f"{published.TRAINER}: {key.split('.')[-1]} {_setting(theirs)} ({where})"
+        return f"as {published.TRAINER}"
+    return f"{published.TRAINER}: {key.split('.')[-1]} {_setting(theirs)}"
 
 
 def precision_text(train: dict) -> str:

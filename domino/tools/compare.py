@@ -62,7 +62,8 @@ def manifest_files(path: Path) -> dict:
 
 
 def card_tables(text: str) -> list[list[str]]:
-    """Markdown table rows of a card, with timing columns blanked."""
+    """Markdown table rows of a card, with timing columns blanked and bold dropped (the card sets
+    its fastest row in bold, which is a timing too)."""
     rows, mask, timed_section = [], [], False
     for line in text.splitlines():
         if line.startswith("## "):
@@ -70,7 +71,7 @@ def card_tables(text: str) -> list[list[str]]:
         if not line.startswith("|") or timed_section:
             mask = []
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip().replace("**", "") for c in line.strip().strip("|").split("|")]  # bold: the fastest row
         if not mask:  # a header row
             mask = [bool(TIMING_COLUMNS.search(c)) for c in cells]
         if any(TIMED_CHOICES.search(c) for c in cells):  # a cost-aware row: its label only
