@@ -139,6 +139,9 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
         raise ConfigError(_message(errors[0]))
     if checkout is not None:
         cfg["verifier"]["source"] = checkout_source(cfg["verifier"]["source"], checkout)
+    kept = cfg["data"].get("kept_answers")
+    if kept is not None and checkout is not None and not Path(kept).expanduser().is_absolute():
+        cfg["data"]["kept_answers"] = str((Path(checkout) / kept).resolve())  # read from the checkout
     if cfg["verifier"]["dtype"] == "auto":  # every job is given the dtype chosen here, never "auto"
         cfg["verifier"]["dtype"] = auto_dtype(cfg["device"], cpu_units())
     facts = _verifier_facts(cfg, checkout)  # read once: the verifier's config and tokenizer files

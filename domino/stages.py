@@ -263,7 +263,7 @@ def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary
 
 
 _REGENERATE = ("data.seq_len", "data.enable_thinking", "data.temperature", "data.top_p", "data.max_new_tokens",
-               "data.generation_batch_size", "data.shard_samples", "data.generation_backend")
+               "data.generation_batch_size", "data.shard_samples", "data.generation_backend", "data.kept_answers")
 
 
 @stage("regenerate", ("device", "verifier.dtype", *_CORPUS, *_REGENERATE),
@@ -306,12 +306,15 @@ def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str,
 
         def answer(batch, seed):
             return vllm_answers(llm, batch, rc.max_new_tokens, stop, rc.temperature, rc.top_p, seed)
+    if cfg["data.kept_answers"]:  # shards answered on another machine, each kept where its key is this run's
+        laid = regenerate_lib.seed_parts(cfg["data.kept_answers"], split, out)
+        logger.info(f"{laid} {split} shards read from {cfg['data.kept_answers']} (sha256 checked)")
     s = regenerate_lib.regenerate(model, key, rows, prompts, stop, pad, rc, out, desc=f"regenerate {split}",
                                   answer=answer)
     s |= {"split": split, "decoding": "greedy" if rc.temperature == 0 else
           f"sampled at temperature {rc.temperature:g}, top_p {rc.top_p:g}, seed {rc.seed}",
           "max_new_tokens": rc.max_new_tokens, "verifier_dtype": cfg["verifier.dtype"], "turns": "first",
-          "backend": backend}
+          "backend": backend, "hardware": common.hardware(), "kept_answers": cfg["data.kept_answers"]}
     io.write_json(summary, s)
     logger.info(f"{s['conversations']} {split} answers regenerated ({s['decoding']}): {s['answer_tokens']} answer "
                 f"tokens, {s['cut']} cut at {rc.max_new_tokens}; {s['generated_tokens']} tokens in "

@@ -31,10 +31,17 @@ first user turn, token for token.
   answers again, saying so in one line, a shard that fails either (a line removed, a token id
   changed, a file cut mid-line, other settings), and answers the rest; the finished file is the
   shards joined in order, identical to an uninterrupted run's.
+* **Kept across machines** (``data.kept_answers``). The answers of a finished run, each shard with
+  its key, can be kept in one gzip file in the repository with a manifest (its sha256, the
+  generating commit, the verifier's dtype and the machine's CPU units; ``python -m
+  domino.tools.keep_answers``). A run given that folder checks the file's sha256 against the
+  manifest, lays its shards out under ``<out>.parts/`` as an interrupted run would have left
+  them, and so answers only the shards whose key differs (other settings, prompts or verifier).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -191,10 +198,11 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
     starts = list(range(0, len(rows), cfg.shard_samples))
     total_tokens, t0 = 0, time.perf_counter()
     bar = tqdm(total=len(rows), desc=desc, unit="conv", mininterval=5)
-    kept = 0
+    kept, keys = 0, []
     for s, start in enumerate(starts):
         idx = list(range(start, min(start + cfg.shard_samples, len(rows))))
         key = _shard_key(cfg, verifier_key, [prompts[i] for i in idx], s)
+        keys.append({"key": key, "conversations": len(idx)})
         path, record = parts / f"shard-{s:05d}.jsonl", parts / f"shard-{s:05d}.key"
         problem = _kept_shard_problem(path, record, key)
         if problem is None:
@@ -228,7 +236,8 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
             "answer_tokens": sum(answer_tokens), "tokens": sum(len(r["input_ids"]) for r in regenerated),
             "mean_answer_tokens": sum(answer_tokens) / max(len(answer_tokens), 1),
             "generated_tokens": total_tokens, "seconds": seconds,
-            "tokens_per_second": total_tokens / seconds if seconds > 0 else None}
+            "tokens_per_second": total_tokens / seconds if seconds > 0 else None,
+            "kept_shards": kept, "shards": keys}
 
 
 def verifier_key(path: str, dtype: str) -> str:
@@ -261,3 +270,67 @@ def _kept_shard_problem(path: Path, record: Path, key: str) -> str | None:
         return ("differs from what was written (its sha256 is not the one recorded when it was complete: a line "
                 "removed, a token id changed or the file cut)")
     return None
+
+
+KEPT_FILE, KEPT_MANIFEST = "answers.jsonl.gz", "manifest.json"  # a kept-answers folder's two files
+
+
+def write_kept(folder: str | Path, splits: dict[str, tuple[list[dict], dict]], provenance: dict) -> dict:
+    """Keep a finished run's answers: ``splits`` maps a split to its regenerated rows and its summary
+    (whose ``shards`` give each shard's key and size, in order). Writes ``answers.jsonl.gz`` (a line
+    per shard: split, shard, key, rows; gzip without a time stamp, so the same answers give the same
+    bytes) and ``manifest.json`` (its sha256, ``provenance`` and each split's counts). Returns the
+    manifest."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for split, (rows, summary) in splits.items():
+        if "shards" not in summary:
+            raise RegenerateError(f"the {split} answers' summary records no shard keys (answered before they were "
+                                  "recorded): regenerate them to keep them")
+        if sum(sh["conversations"] for sh in summary["shards"]) != len(rows):
+            raise RegenerateError(f"the {split} answers hold {len(rows)} rows, their summary's shards another count")
+        first = 0
+        for n, sh in enumerate(summary["shards"]):
+            lines.append(json.dumps({"split": split, "shard": n, "key": sh["key"],
+                                     "rows": rows[first:first + sh["conversations"]]}, separators=(",", ":")))
+            first += sh["conversations"]
+    data = gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0)
+    path = folder / KEPT_FILE
+    with io.atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    manifest = {"format": 1, "file": KEPT_FILE, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+                **provenance,
+                "splits": {split: {"conversations": len(rows), "shards": len(summary["shards"]),
+                                   "answer_tokens": summary.get("answer_tokens"), "decoding": summary.get("decoding"),
+                                   "max_new_tokens": summary.get("max_new_tokens"),
+                                   "verifier_dtype": summary.get("verifier_dtype"), "hardware": summary.get("hardware")}
+                           for split, (rows, summary) in splits.items()}}
+    io.write_json(folder / KEPT_MANIFEST, manifest)
+    return manifest
+
+
+def seed_parts(folder: str | Path, split: str, out: str | Path) -> int:
+    """Lay a kept folder's shards of ``split`` out under ``<out>.parts/`` as complete shards, once
+    the file's sha256 is the manifest's; ``regenerate`` then keeps each whose key is this run's.
+    Returns the shards laid out."""
+    folder, parts = Path(folder), Path(out).with_name(Path(out).name + PARTS_SUFFIX)
+    manifest = io.read_json(folder / KEPT_MANIFEST, "kept answers' manifest")
+    path = folder / manifest.get("file", KEPT_FILE)
+    if not path.is_file():
+        raise RegenerateError(f"data.kept_answers: {path} is missing (its manifest is {folder / KEPT_MANIFEST})")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
+        raise RegenerateError(f"data.kept_answers: {path} is not the file its manifest records (sha256 differs): "
+                              "restore it from the repository, or set data.kept_answers: null to answer again")
+    parts.mkdir(parents=True, exist_ok=True)
+    laid = 0
+    for line in gzip.decompress(data).decode().splitlines():
+        shard = json.loads(line)
+        if shard["split"] != split:
+            continue
+        shard_path = parts / f"shard-{shard['shard']:05d}.jsonl"
+        io.write_jsonl(shard_path, shard["rows"], separators=(",", ":"))
+        io.write_text(parts / f"shard-{shard['shard']:05d}.key", f"{shard['key']}\nsha256 {io.sha256_file(shard_path)}\n")
+        laid += 1
+    return laid

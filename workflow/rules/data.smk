@@ -22,6 +22,9 @@ rule regenerate:
         verifier=VERIFIER_INPUT,
         verifier_files=VERIFIER_DIGESTS,
         data="results/prepare_data/{split}.jsonl",
+        # answers kept from an earlier run (data.kept_answers): replacing them reruns the job
+        kept=[f"{config['data']['kept_answers']}/{name}" for name in ("manifest.json", "answers.jsonl.gz")]
+        if config["data"]["kept_answers"] else [],
     output:
         out="results/regenerate/{split}.jsonl",
         summary="results/regenerate/{split}.json",
