@@ -61,6 +61,9 @@ class Kind:
     free: bool
     build: Callable[[DecoderSpec, object], object]
     every_step: bool = False
+    sections: tuple[str, ...] = ()  # the config sections its rows read (the benchmark stage declares them)
+    cost_aware: bool = False  # its drafts are chosen by the costs the job measured (domino.adaptive): a timing
+    describe: Callable[[dict], str] | None = None  # how it drafts, one sentence of the card's, from its settings
 
 
 def _ngram_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
@@ -135,16 +138,34 @@ def _build_hybrid(spec: DecoderSpec, neural):
     return CostAwareDraft(neural, {name: free[name]() for name in s["free"]}, probe_every=s["probe_every"])
 
 
+def _describe_ngram(s: dict) -> str:
+    return (f"The lookup drafts what followed the latest earlier occurrence of the context's last {s['max_n']} "
+            f"(down to {s['min_n']}) tokens, {s['drafts']} tokens a step, and a step without a match is a plain step, "
+            "which its acceptance length does not count.")
+
+
+def _describe_suffix(s: dict) -> str:
+    return ("The suffix cache drafts the most frequent continuation of the context's tail in a tree over the prompt "
+            "and the output so far and one over **the earlier answers of the same job** (in prompt order: only "
+            "answers already produced, never the current prompt's), up to "
+            f"{s['drafts']} tokens a step; a step without a match is a plain step.")
+
+
 # The registry, in the order a job's rows are listed: the model-free rows, then those over a checkpoint.
 KINDS: dict[str, Kind] = {
-    "ngram": Kind(_ngram_rows, "n-gram lookup, no training", True, _build_ngram),
-    "suffix": Kind(_suffix_rows, "suffix cache, no training", True, lambda spec, n: _suffix(spec.settings)),
+    "ngram": Kind(_ngram_rows, "n-gram lookup, no training", True, _build_ngram, sections=("benchmark.ngram",),
+                  describe=_describe_ngram),
+    "suffix": Kind(_suffix_rows, "suffix cache, no training", True, lambda spec, n: _suffix(spec.settings),
+                   sections=("benchmark.suffix",), describe=_describe_suffix),
     "ngram-then": Kind(_ngram_then_rows, "n-gram lookup, then {checkpoint}", False, _build_ngram_then,
-                       every_step=True),
-    "adaptive": Kind(_adaptive_rows, "{checkpoint}, cost-aware", False, _build_adaptive),
+                       every_step=True, sections=("benchmark.ngram",)),
+    "adaptive": Kind(_adaptive_rows, "{checkpoint}, cost-aware", False, _build_adaptive,
+                     sections=("benchmark.cost_aware",), cost_aware=True),
     "hybrid": Kind(_hybrid_rows, "hybrid: {checkpoint}, the free drafts or none, cost-aware", False,
-                   _build_hybrid),
+                   _build_hybrid, sections=("benchmark.cost_aware", "benchmark.suffix", "benchmark.ngram"),
+                   cost_aware=True),
 }
+SECTIONS = tuple(dict.fromkeys(s for kind in KINDS.values() for s in kind.sections))  # every kind's, once
 
 RESERVED = ("baseline", "ngram", "suffix", "hybrid")  # run names no checkpoint may take
 RESERVED_PATTERNS = ("ngram-*", "*-adaptive")

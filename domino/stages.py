@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .decoders import SECTIONS as DECODER_SECTIONS
 from .runs import split_replicate
 from .schema import section_keys
 
@@ -440,8 +441,7 @@ _DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]"
             "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
 
 
-@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance", "benchmark.ngram", "benchmark.suffix",
-                     "benchmark.cost_aware"),
+@stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance", *DECODER_SECTIONS),
        {"suite": "wildcard", **_DECODED, "lookups": "output[]"})
 def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
               baseline: str, outs: list[str], lookups: list[str]) -> None:

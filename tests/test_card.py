@@ -869,7 +869,7 @@ def accepting_nothing(results_dir, runs):
                             acceptance_length_per_prompt_mean=1.0, acceptance_length_per_prompt_mean_ci=[1.0, 1.0],
                             per_position_acceptance=[0.0] * n, per_position_acceptance_ci=[[0.0, 0.0]] * n,
                             conditional_acceptance=[0.0] * n)
-        p.write_text(json.dumps(b))
+        write_json(p, b, seal=True)
 
 
 # a verifier: its kind, what it does to the fixtures' runs, and the verdict every claim then reads (None: its own)
@@ -890,7 +890,7 @@ def test_every_report_gives_or_withholds_its_verdicts_together(results_copy, tmp
         p = results_copy / "benchmark" / "humaneval" / "baseline.json"
         b = json.loads(p.read_text())
         b["summary"]["repeated_4gram_share"] = 0.889
-        p.write_text(json.dumps(b))
+        write_json(p, b, seal=True)
     elif does == "accepts nothing":
         accepting_nothing(results_copy, CKPTS)
     render_results(results_copy, tmp_path, CARD_INFO | {"scale": scale_of(kind)}, PROVENANCE)

@@ -181,3 +181,38 @@ def test_the_workflow_trains_on_the_regenerated_answers(tmp_path):
 
     stages = card_stages(load_config([repo / "config.yaml", repo / "regen.yaml"]))
     assert stages.index("prepare_data") < stages.index("regenerate/train") < stages.index("extract_hidden_states/train")
+
+
+def test_kept_answers_are_read_back_on_another_run_without_answering(model, stops, tmp_path, monkeypatch, one_thread):
+    """A finished run's answers kept in a folder (answers.jsonl.gz and its manifest): a fresh run
+    given them answers nothing and writes the same file; a shard of other settings is answered
+    again; a file that is not the manifest's is refused in one line."""
+    rows, prompts = [{"id": f"c{i}"} for i in range(10)], _prompts(10)
+    first = tmp_path / "first" / "train.jsonl"
+    s = rg.regenerate(model, "v", rows, prompts, stops, 0, _config(), first)
+    kept = tmp_path / "kept"
+    lines = [json.loads(line) for line in first.read_text().splitlines()]
+    m = rg.write_kept(kept, {"train": (lines, s)}, {"commit": "abc"})
+    assert m["splits"]["train"] == {**m["splits"]["train"], "conversations": 10, "shards": 3} and m["commit"] == "abc"
+    assert rg.write_kept(tmp_path / "again", {"train": (lines, s)}, {"commit": "abc"})["sha256"] == m["sha256"]
+
+    calls = interrupt_at_call(monkeypatch, rg, "generate_batch", 1)  # any answering would raise
+    second = tmp_path / "second" / "train.jsonl"
+    assert rg.seed_parts(kept, "train", second) == 3
+    s2 = rg.regenerate(model, "v", rows, prompts, stops, 0, _config(), second)
+    assert second.read_bytes() == first.read_bytes() and s2["kept_shards"] == 3 and calls["n"] == 0
+
+    calls["n"] = -100  # other settings: every shard is answered again
+    third = tmp_path / "third" / "train.jsonl"
+    rg.seed_parts(kept, "train", third)
+    assert rg.regenerate(model, "v", rows, prompts, stops, 0, _config(max_new_tokens=6), third)["kept_shards"] == 0
+
+    data = (kept / rg.KEPT_FILE).read_bytes()
+    (kept / rg.KEPT_FILE).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(rg.RegenerateError, match="is not the file its manifest records"):
+        rg.seed_parts(kept, "train", tmp_path / "fourth" / "train.jsonl")
+
+
+def test_keep_answers_needs_the_shard_keys(tmp_path):
+    with pytest.raises(rg.RegenerateError, match="records no shard keys"):
+        rg.write_kept(tmp_path, {"train": ([{"id": "c0"}], {"conversations": 1})}, {})

@@ -171,6 +171,16 @@ def decoder_kind(bench: dict) -> str:
     return "ngram" if bench["lookup"]["then"] is None else "ngram-then"
 
 
+def description(bench: dict) -> str | None:
+    """How a row without training of its own drafts, in the card's words (``Kind.describe`` from
+    the row's settings), or None where its kind says nothing."""
+    kind = KINDS[decoder_kind(bench)]
+    if kind.describe is None:
+        return None
+    settings = bench["decoder"]["settings"] if "decoder" in bench else bench["lookup"]
+    return kind.describe(settings)
+
+
 def comparable_acceptance(bench: dict) -> bool:
     """Whether a row without training of its own has an acceptance length of the trained drafters'
     definition, over every step (``Kind.every_step``): the card compares acceptance only between
@@ -193,7 +203,7 @@ def in_bold(*tables: list[dict]) -> list[list[dict]]:
 def shown(bench: dict) -> bool:
     """Whether a row without training of its own has a row in the tables: one that drafted at all,
     and every cost-aware row (sending nothing is its plain fallback, which its speed shows)."""
-    return bench["summary"]["steps"] > 0 or "adaptive" in bench
+    return bench["summary"]["steps"] > 0 or KINDS[decoder_kind(bench)].cost_aware
 
 
 def _lookup_row(res: dict, run: str) -> dict:
@@ -211,7 +221,7 @@ def _lookup_row(res: dict, run: str) -> dict:
             "tie_tolerance": s["tie_tolerance"], "replay": s.get("lossless_replay"),
             "cost": step_cost(s, plain_per_token) if s["steps"] else None, "lookup": bench.get("lookup"),
             "kind": decoder_kind(bench), "free": is_free(bench), "comparable": comparable_acceptance(bench),
-            "adaptive": _adaptive(bench), "bench": bench}
+            "description": description(bench), "adaptive": _adaptive(bench), "bench": bench}
 
 
 def _adaptive(bench: dict) -> dict | None:

@@ -5,10 +5,10 @@ under ``results/`` must be byte-identical, except that JSON files are compared w
 timing fields removed (and a folder's ``SHA256SUMS.json`` without the digests of its JSON
 files, which are compared so); in ``reports/model_card.md`` and its appendix every table cell must
 match except the columns that hold timings (TPS, speedup, step cost, its floor and time shares,
-wall and training time). A cost-aware row (``domino.adaptive``: a results file with ``adaptive``)
-chooses its drafts by the costs the job measured, so only its tokens are compared: its steps,
+wall and training time). A cost-aware row (``domino.adaptive``: a results file whose ``decoder`` kind is
+``cost_aware`` in ``domino.decoders.KINDS``) chooses its drafts by the costs the job measured, so only its tokens are compared: its steps,
 acceptance and choices are timings here, as are its rows of the card's tables (their label says
-"cost-aware") and the appendix's Cost-aware decoding section.
+"cost-aware": the registry's labels) and the appendix's Cost-aware decoding section.
 Prints the paths that differ and how many; exits 1 on a difference.
 """
 
@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from ..decoders import KINDS, Kind
 from ..io import MANIFEST, SEAL_KEY
 from . import tool_parser
 
@@ -34,18 +35,24 @@ TIMING_COLUMNS = re.compile(r"TPS|Speedup|time|cost|share|floor|vs DFlash noshif
 CARD_FILES = ("reports/model_card.md", "reports/model_card_appendix.md")  # the card and its appendix
 
 
-TIMED_CHOICES = re.compile(r"cost-aware", re.I)  # a card row of a cost-aware decoder (domino.decoders' labels)
+# a card row of a cost-aware decoder: its label (domino.decoders' labels, the checkpoint's label in place)
+TIMED_CHOICES = re.compile("|".join(re.escape(k.label).replace(re.escape("{checkpoint}"), ".*")
+                                    for k in KINDS.values() if k.cost_aware))
 TIMED_SECTION = "## Cost-aware decoding"  # the appendix's section on what those rows chose
 # what a cost-aware row's choices decide, besides its tokens
 CHOICE_KEY = re.compile(r"^(adaptive|accepted|accepted_per_step|steps|acceptance_length.*|per_position_acceptance.*"
                         r"|conditional_acceptance.*)$")
 
 
+NOT_A_KIND = Kind(lambda bench, checkpoints: [], "", True, lambda spec, neural: None)  # a file of no registry kind
+
+
 def strip_timing(obj, choices: bool | None = None):
     """``obj`` without its timing fields (nor the seal of a sealed file, which covers them); a
-    cost-aware row's results (one with ``adaptive``) without what its timed choices decide."""
+    cost-aware row's results (its ``decoder`` kind cost-aware) without what its timed choices decide."""
     if choices is None:
-        choices = isinstance(obj, dict) and "adaptive" in obj
+        choices = isinstance(obj, dict) and isinstance(obj.get("decoder"), dict) \
+            and KINDS.get(obj["decoder"].get("kind"), NOT_A_KIND).cost_aware
     if choices and isinstance(obj, dict):
         obj = {k: v for k, v in obj.items() if not CHOICE_KEY.match(k)}
     if isinstance(obj, dict):
