@@ -20,7 +20,7 @@ import logging
 import os
 import traceback
 
-from .logs import LOG_ONLY, error_line, interrupted_line, log_to
+from .logs import LOG_ONLY, TRACEBACK_HEADER, error_line, interrupted_line, log_to
 from .stages import STAGES, ConfigArgumentError, read_config, run_stage
 
 logger = logging.getLogger("domino")  # the package's logger: this module runs as __main__
@@ -68,7 +68,7 @@ def main(argv=None) -> None:
         except Exception as err:
             if os.environ.get("DOMINO_TRACEBACK"):
                 raise
-            logger.error("traceback of the error below:\n%s", traceback.format_exc().rstrip(), extra={LOG_ONLY: True})
+            logger.error("%s\n%s", TRACEBACK_HEADER, traceback.format_exc().rstrip(), extra={LOG_ONLY: True})
             logger.error(error_line(args.stage, err))
             raise SystemExit(1) from None
 
