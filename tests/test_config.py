@@ -494,3 +494,23 @@ def test_the_card_is_named_from_the_verifier_unless_report_model_name_is_set(tmp
     named.write_text("report: {model_name: my-card}\n")
     assert load_config_files("config.yaml", "config/card.yaml", "config/own-verifier.yaml", str(named),
                              source=str(d))["report"]["model_name"] == "my-card"
+
+
+@pytest.mark.parametrize("case", ["wrong target", "stop id outside the vocabulary"])
+def test_snakemake_says_in_one_line_what_it_refuses_without_a_traceback(case, tmp_path):
+    """A target no rule makes, with the targets a user asks for; a verifier folder whose config
+    names GPT-2's stop id beside a 256-token vocabulary: one line each, no traceback."""
+    from conftest import copy_repo, run_snakemake
+
+    repo = copy_repo(tmp_path)
+    if case == "wrong target":
+        out = run_snakemake(repo, "-n", "reports/model_crad.md", check=False)
+        expected = "error: no rule makes reports/model_crad.md (targets: reports/model_card.md, all, "
+    else:
+        own_verifier(repo / "own_verifier", eos=50256)
+        out = run_snakemake(repo, "-n", "reports/model_card.md", "--configfile", "config/own-verifier.yaml",
+                            check=False)
+        expected = "config error: verifier.source: config.json eos_token_id is 50256, outside the verifier's"
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text and "Exception" not in text, text[-3000:]
+    assert [ln for ln in text.splitlines() if ln.startswith(expected)], text[-3000:]
