@@ -658,13 +658,14 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
 
 def _check_vocabulary_ids(cfg: dict, facts: dict) -> None:
     """Every token id the verifier's files name (bos, eos, pad: config.json, generation_config.json,
-    tokenizer_config.json) lies inside its vocabulary, and a verifier folder whose mask token is
+    tokenizer_config.json) lies inside its vocabulary (a negative one, an old config's "no pad"
+    ``-1``, names no token and passes), and a verifier folder whose mask token is
     left to be found (``drafter.mask_token_id: null``) has one: a ``<|MASK|>``, a free embedding
     row or a special token it never writes (``domino.verifier.load.mask_token_id``)."""
     vocab = facts["vocab"]
     named = facts.get("named_ids") or {}
     for i in sorted(named):
-        if not 0 <= i < vocab:
+        if i >= vocab:
             where = named[i] if isinstance(named, dict) else "the verifier's bos, eos or pad"
             raise ConfigError(f"verifier.source: {where} is {i}, outside the verifier's vocabulary of {vocab:,} "
                               f"(vocab_size) (allowed: ids 0..{vocab - 1}; correct it in that file, where a stop "

@@ -449,6 +449,8 @@ def test_a_stop_id_outside_the_verifiers_vocabulary_is_refused_before_any_job(tm
     (d / "generation_config.json").write_text(json.dumps({"pad_token_id": 256}))
     with pytest.raises(ConfigError, match=r"generation_config.json pad_token_id is 256, outside"):
         _own(d)
+    (d / "generation_config.json").write_text(json.dumps({"pad_token_id": -1}))  # an old config's "no pad"
+    assert _own(d)["verifier"]["name"] == "own-llama"
 
 
 def test_a_verifier_without_a_mask_token_is_refused_before_any_job_and_one_with_a_mask_passes(tmp_path):
