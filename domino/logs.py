@@ -6,8 +6,10 @@ the ``domino.*`` loggers from INFO up go to stderr and to the ``--log`` file. Pr
 write to the terminal only.
 
 Errors: a stage that fails ends its log with one line, ``domino <stage>: <Type>: <message>``
-(``error_line``), which the workflow prints again when a run stops (``job_error_lines``). The
-traceback goes to the log file, above that line, and not to the terminal (``LOG_ONLY``).
+(``error_line``), which the workflow prints again when a run stops (``job_error_lines``), naming
+the log. The traceback goes to the log file, above that line, and not to the terminal
+(``LOG_ONLY``; the workflow's profiles keep Snakemake from printing failed logs). A target no rule
+makes is refused in one line too (``missing_target_line``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 logger = logging.getLogger("domino")  # the package's logger
 
 LOG_ONLY = "domino_log_only"  # a record with this attribute set goes to the log file, not the terminal
+TRACEBACK_HEADER = "traceback of the error below:"  # the log's line above a failed stage's traceback
 
 
 @contextmanager
@@ -60,7 +63,8 @@ def job_error_lines(logs: str | Path, since: float, stages) -> list[str]:
     """The one-line error that ends each job log under ``logs`` written since ``since`` (a
     ``time.time()``), with its time stamp taken off: the workflow prints them last when a run
     stops (``onerror``), so that an interrupted or failed job's own line is what a user reads
-    last, not Snakemake's error block with the job's whole command. ``stages``: the stage names
+    last, not Snakemake's error block with the job's whole command. A line whose log holds the
+    error's traceback ends ``(traceback: <log>)``. ``stages``: the stage names
     (``domino.stages.STAGES``), passed in: this module sits below the stage layer and imports none of it."""
     stage_names = list(stages)
     error = re.compile(rf"(?:\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d )?(domino (?:{'|'.join(stage_names)}): .*)")
@@ -68,11 +72,21 @@ def job_error_lines(logs: str | Path, since: float, stages) -> list[str]:
     for log in sorted(Path(logs).rglob("*.log")):
         if log.stat().st_mtime < since:
             continue
-        lines = log.read_text(errors="replace").strip().splitlines()
+        text = log.read_text(errors="replace")
+        lines = text.strip().splitlines()
         m = error.fullmatch(lines[-1]) if lines else None
         if m:
-            found.append(m.group(1))
+            found.append(m.group(1) + (f" (traceback: {log})" if TRACEBACK_HEADER in text else ""))
     return found
+
+
+def missing_target_line(message: str, targets: list[str]) -> str | None:
+    """The one line for Snakemake's ``MissingRuleException`` message (``No rule to produce X
+    ...``): the target asked for, and ``targets``, what a user asks for; None for another message."""
+    m = re.search(r"No rule to produce (.+?)(?: \(if you use input functions|\.?$)", message, re.M)
+    if not m:
+        return None
+    return f"error: no rule makes {m.group(1)} (targets: {', '.join(targets)})"
 
 
 def error_line(stage: str, err: BaseException) -> str:

@@ -299,6 +299,24 @@ def random_verifier_dir(tmp_path) -> Path:
     return d
 
 
+def own_verifier(folder, vocab_size=256, eos=2, specials=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+                 tokens=253, layers=4):
+    """The files of a verifier folder the config check reads (no weights): a Llama config.json,
+    a tokenizer.json with ``specials`` first, then plain tokens up to ``tokens`` in all, and a
+    ChatML template that writes <|im_start|> and <|im_end|>."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": layers, "vocab_size": vocab_size, "hidden_size": 64,
+        "num_attention_heads": 4, "bos_token_id": 0, "eos_token_id": eos}))
+    added = [{"id": i, "content": t, "special": True} for i, t in enumerate(specials)]
+    vocab = {**{t: i for i, t in enumerate(specials)}, **{f"t{i}": i for i in range(len(specials), tokens)}}
+    (folder / "tokenizer.json").write_text(json.dumps({"added_tokens": added, "model": {"vocab": vocab}}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": "<|im_end|>", "bos_token": "<|endoftext|>",
+        "chat_template": "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}"}))
+    return folder
+
+
 # -----------------------------------------------------------------------------
 # shared by several test modules
 

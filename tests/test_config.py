@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import own_verifier
 from domino.config import ConfigError, validate_config
 from domino.runs import split_replicate, trained_runs
 
@@ -216,8 +217,8 @@ def test_default_config_is_valid_and_defaults_are_filled():
     # the conventions: the default keeps its own (docs/conventions.md)
     assert (out["drafter"]["block_causal"], out["train"]["loss_mask_at"], out["train"]["noise_dtype"]) == (
         False, "target", "float32")
-    assert out["report"] == {"model_name": "Domino-b8", "license": "apache-2.0",
-                             "training_hardware": None}
+    assert out["report"] == {"model_name": "embedded-Domino-b8", "license": "apache-2.0",
+                             "training_hardware": None}  # named from the verifier's name, here its source
     assert out["verifier"]["name"] == "embedded"  # the source, when no name is given
     full = validate_config(DEFAULT)
     for section in ("drafter", "train", "data", "benchmark", "checkpoints"):
@@ -394,12 +395,15 @@ def test_an_overlay_that_only_adds_jobs_changes_no_result():
 
 
 def test_null_aux_layer_ids_follow_the_cards_rule_from_the_verifiers_depth(tmp_path):
-    """[1, L/2 - 1, L - 3]: the card's [1, 13, 25] for 28 layers, [1, 14, 27] for 30; a hub id's
-    depth is unknown offline and a shallow verifier has no room for the rule: both refused."""
+    """[1, L/2 - 1, L - 3]: the card's [1, 13, 25] for 28 layers, [1, 14, 27] for 30; below 8
+    layers the distinct ids of [1, L/2, L - 1], so a shallow verifier has ids too; a hub id's
+    depth is unknown offline: refused."""
     from conftest import load_config_files, random_verifier_dir
     from domino.config import default_aux_layer_ids
 
     assert default_aux_layer_ids(28) == [1, 13, 25] and default_aux_layer_ids(30) == [1, 14, 27]
+    assert [default_aux_layer_ids(n) for n in (1, 2, 3, 4, 7, 8)] == [[1], [1], [1, 2], [1, 2, 3], [1, 3, 6],
+                                                                    [1, 3, 5]]
     d = random_verifier_dir(tmp_path)
     over = tmp_path / "aux.yaml"
     over.write_text("drafter: {aux_layer_ids: null}\n")
@@ -407,8 +411,7 @@ def test_null_aux_layer_ids_follow_the_cards_rule_from_the_verifiers_depth(tmp_p
     assert cfg["drafter"]["aux_layer_ids"] == [1, 13, 25]
     with pytest.raises(ConfigError, match=r"drafter.aux_layer_ids: null takes \[1, L/2 - 1, L - 3\].*hub id"):
         load_config_files("config.yaml", "config/card.yaml", f"{over}")
-    with pytest.raises(ConfigError, match="at least 8 layers"):
-        load_config_files("config.yaml", f"{over}")
+    assert load_config_files("config.yaml", f"{over}")["drafter"]["aux_layer_ids"] == [1, 2, 3]  # 4 layers
 
 
 def test_a_local_verifier_without_a_chat_template_is_refused_before_any_job(tmp_path):
@@ -418,3 +421,81 @@ def test_a_local_verifier_without_a_chat_template_is_refused_before_any_job(tmp_
     (d / "tokenizer_config.json").write_text("{}")
     with pytest.raises(ConfigError, match="verifier.source: .* has no chat template"):
         load_config_files("config.yaml", "config/card.yaml", source=str(d))
+
+
+# -----------------------------------------------------------------------------
+# a verifier folder of one's own: its token ids and its mask token, checked before any job
+
+
+def _own(folder, **drafter):
+    """tests/micro.yaml with ``folder`` as the verifier, named own-llama, and ``drafter`` keys set."""
+    from conftest import load_config_files
+
+    with_drafter = tmp = Path(folder).parent / f"{Path(folder).name}-drafter.yaml"
+    tmp.write_text(json.dumps({"drafter": drafter}))
+    return load_config_files("config.yaml", "tests/micro.yaml", str(with_drafter), source=str(folder),
+                             name="own-llama")
+
+
+def test_a_stop_id_outside_the_verifiers_vocabulary_is_refused_before_any_job(tmp_path):
+    """GPT-2's stop id, 50256, left in the config of a verifier with a 64-token vocabulary."""
+    d = own_verifier(tmp_path / "v", eos=50256)
+    with pytest.raises(ConfigError) as err:
+        _own(d)
+    assert str(err.value) == ("verifier.source: config.json eos_token_id is 50256, outside the verifier's vocabulary "
+                              "of 256 (vocab_size) (allowed: ids 0..255; correct it in that file, where a stop or "
+                              "pad id of another tokenizer was left)")
+    (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()), "eos_token_id": 2}))
+    (d / "generation_config.json").write_text(json.dumps({"pad_token_id": 256}))
+    with pytest.raises(ConfigError, match=r"generation_config.json pad_token_id is 256, outside"):
+        _own(d)
+    (d / "generation_config.json").write_text(json.dumps({"pad_token_id": -1}))  # an old config's "no pad"
+    assert _own(d)["verifier"]["name"] == "own-llama"
+
+
+def test_a_verifier_without_a_mask_token_is_refused_before_any_job_and_one_with_a_mask_passes(tmp_path):
+    """No <|MASK|>, no free embedding row, every special token written or named: refused; a free
+    row or a special token never written: the mask is found."""
+    bare = own_verifier(tmp_path / "bare", vocab_size=253)
+    with pytest.raises(ConfigError, match=r"^drafter.mask_token_id: null finds no mask token in the verifier: its "
+                                          r"tokenizer has no <\|MASK\|>, its embedding no free row \(vocab_size 253, "
+                                          r"253 tokens\)"):
+        _own(bare)
+    _own(own_verifier(tmp_path / "free-row", vocab_size=254))
+    _own(own_verifier(tmp_path / "unused", vocab_size=253, specials=("<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                                                                    "<empty_output>")))
+
+
+def test_the_card_is_named_from_the_verifier_unless_report_model_name_is_set(tmp_path):
+    from conftest import load_config_files
+
+    d = own_verifier(tmp_path / "v", vocab_size=40_000)
+    assert _own(d)["report"]["model_name"] == "own-llama-Domino-b8"  # after tests/micro.yaml
+    card = load_config_files("config.yaml", "config/card.yaml", "config/own-verifier.yaml", source=str(d))
+    assert card["report"]["model_name"] == "own-verifier-Domino-b8"  # the overlay's verifier.name
+    assert card["drafter"]["aux_layer_ids"] == [1, 2, 3] and card["verifier"]["dtype"] == "bfloat16"
+    assert load_config_files("config.yaml", "config/card.yaml")["report"]["model_name"] == "Qwen3-0.6B-Domino-b8"
+    named = tmp_path / "named.yaml"
+    named.write_text("report: {model_name: my-card}\n")
+    assert load_config_files("config.yaml", "config/card.yaml", "config/own-verifier.yaml", str(named),
+                             source=str(d))["report"]["model_name"] == "my-card"
+
+
+@pytest.mark.parametrize("case", ["wrong target", "stop id outside the vocabulary"])
+def test_snakemake_says_in_one_line_what_it_refuses_without_a_traceback(case, tmp_path):
+    """A target no rule makes, with the targets a user asks for; a verifier folder whose config
+    names GPT-2's stop id beside a 256-token vocabulary: one line each, no traceback."""
+    from conftest import copy_repo, run_snakemake
+
+    repo = copy_repo(tmp_path)
+    if case == "wrong target":
+        out = run_snakemake(repo, "-n", "reports/model_crad.md", check=False)
+        expected = "error: no rule makes reports/model_crad.md (targets: reports/model_card.md, all, "
+    else:
+        own_verifier(repo / "own_verifier", eos=50256)
+        out = run_snakemake(repo, "-n", "reports/model_card.md", "--configfile", "config/own-verifier.yaml",
+                            check=False)
+        expected = "config error: verifier.source: config.json eos_token_id is 50256, outside the verifier's"
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text and "Exception" not in text, text[-3000:]
+    assert [ln for ln in text.splitlines() if ln.startswith(expected)], text[-3000:]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPORT_COMMAND, ROOT, code_map, copy_repo, run_snakemake
+from conftest import REPORT_COMMAND, ROOT, code_map, copy_repo, own_verifier, run_snakemake
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # entry points that only read and print: run exactly as documented
@@ -74,6 +74,9 @@ def _stand_ins(repo: Path) -> None:
     venv = repo / ".venv-vllm" / "bin"  # vllm.python, which must run Python: this interpreter stands in
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
+    # config/own-verifier.yaml's folder: a 4-layer Llama's files, a vocabulary wide enough for the card's
+    # draft vocabulary (its free rows give the mask)
+    own_verifier(repo / "own_verifier", vocab_size=40_000)
     # Qwen3-0.6B's depth and vocabulary (the card's aux layers and mask id), narrow elsewhere
     write_random_verifier(repo / "runs" / "card-offline" / "random_verifier", seed=0, dtype="float32",
                           hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,

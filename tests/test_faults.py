@@ -368,7 +368,8 @@ def test_any_stage_error_ends_its_log_in_one_line_with_the_traceback_above(micro
 
 def test_a_report_that_fails_keeps_the_last_card(micro_run, tmp_path):
     """The report rule's outputs are update(): a damaged results file fails the report, and
-    Snakemake restores the card, its appendix, pages and plots as they were."""
+    Snakemake restores the card, its appendix, pages and plots as they were. The console holds no
+    traceback: its last line is the job's own, naming the log that keeps the traceback."""
     run = copy_run(micro_run, tmp_path / "run")
     before = {p.name: p.read_bytes() for p in (run / "reports").iterdir() if p.is_file()}
     result = run / "results" / "benchmark" / "humaneval" / "domino.json"
@@ -377,6 +378,12 @@ def test_a_report_that_fails_keeps_the_last_card(micro_run, tmp_path):
     assert out.returncode != 0
     assert {p.name: p.read_bytes() for p in (run / "reports").iterdir() if p.is_file()} == before
     assert _last_line((run / "logs" / "report.log").read_text()).startswith("domino report: DamagedFile: ")
+    assert "Traceback" in (run / "logs" / "report.log").read_text()
+    console = out.stdout + out.stderr
+    assert "Traceback" not in console, console[-3000:]
+    last = console.strip().splitlines()[-1]
+    assert last.startswith("domino report: DamagedFile: results file results/benchmark/humaneval/domino.json ")
+    assert last.endswith(" (traceback: logs/report.log)"), last
 
 
 def test_the_card_templates_are_a_param_of_the_report(micro_run, tmp_path):

@@ -42,8 +42,7 @@ def llama_run(tmp_path_factory):
     verifier = write_tiny_llama(repo / "llama_verifier")
     (repo / "llama.yaml").write_text(json.dumps({
         "verifier": {"source": str(verifier), "name": "tiny-llama"},
-        "drafter": {"aux_layer_ids": None, "draft_vocab_size": 256},
-        "report": {"model_name": "tiny-llama-Domino-b8"}}))
+        "drafter": {"aux_layer_ids": None, "draft_vocab_size": 256}}))
     run_snakemake(repo, "all", "--configfile", "config.yaml", "config/smollm2.yaml", "micro.yaml", "llama.yaml")
     return repo
 
@@ -65,6 +64,7 @@ def test_every_stage_runs_with_a_llama_verifier(llama_run):
             assert tie["within_noise"] == (tie["gap"] is not None and min(tie["margins"]) <= tie["noise"])
         assert summary["lossless_replay"]["replayed"] == len(partings) and summary["lossless_replay"]["defects"] == 0
     card = (llama_run / "reports" / "model_card.md").read_text()
+    assert "\n# tiny-llama-Domino-b8\n" in card  # named from verifier.name: report.model_name is null
     front = card.split("---")[1]
     assert "- llama" in front and "qwen3" not in front
     assert "| Mask token ID | 16 |" in card and "| Auxiliary layers | [1, 3, 5] |" in card

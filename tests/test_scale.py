@@ -68,7 +68,17 @@ def test_a_local_copy_is_not_taken_for_the_hub_weights(tmp_path):
     (d / scale.RANDOM_WEIGHTS_MARKER).unlink()
     s = statement(load("config.yaml", "config/card.yaml", source=str(d)))
     assert s.verifier_kind == "local" and mismatched(s) == {"verifier"}
-    assert "whose weights nothing here checks against the Hub's Qwen/Qwen3-0.6B" in s.sentence()
+    assert "The verifier is `Qwen/Qwen3-0.6B`, the weights of a local directory as given." in s.sentence()
+
+
+def test_a_verifier_of_ones_own_is_spoken_of_by_its_name_alone(tmp_path):
+    """The statement names the verifier given (verifier.name), and no model it was not given."""
+    d = random_verifier_dir(tmp_path)
+    (d / scale.RANDOM_WEIGHTS_MARKER).unlink()
+    s = statement(load("config.yaml", "config/card.yaml", "config/own-verifier.yaml", source=str(d)))
+    verifier = s.sentence().split(". ")[0]
+    assert verifier.startswith("The verifier is `own-verifier`, the weights of a local directory")
+    assert "Qwen" not in verifier and "Hub" not in verifier
 
 
 @pytest.mark.parametrize("name, shown", [("Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B"), ("/home/me/models/q3", "q3"),

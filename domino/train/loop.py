@@ -257,7 +257,10 @@ class _Interrupt:
 
 
 class Interrupted(RuntimeError):
-    """SIGTERM / SIGINT during training; the message is one line: what was saved, how to resume."""
+    """SIGTERM / SIGINT during training; the message is one line: what was saved, how to resume.
+    A stop asked for, not a fault: the stage's log keeps no traceback of it (``resumable``)."""
+
+    resumable = True
 
 
 @dataclass

@@ -103,10 +103,12 @@ def mask_token_id(tokenizer, configured: int | None, stop_ids=(), embedding_rows
         return int(tid)
     if embedding_rows is not None and embedding_rows > len(tokenizer):
         return len(tokenizer)
+    from ..config import unused_special_ids
+
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
     named = {getattr(tokenizer, f"{k}_token_id", None) for k in ("bos", "eos", "pad", "unk")}
-    unused = [i for i, t in tokenizer.added_tokens_decoder.items()
-              if t.special and i not in stop and i not in named and str(t) not in template]
+    unused = unused_special_ids({i: str(t) for i, t in tokenizer.added_tokens_decoder.items() if t.special},
+                                stop | named, template)
     if not unused:
         raise VerifierError(f"the tokenizer of {tokenizer.name_or_path!r} has no {MASK_TOKEN} token, the "
                             "verifier's embedding no free row and the tokenizer no special token unused in "

@@ -9,7 +9,7 @@ from pathlib import Path
 from domino.config import (ConfigError, folder_digests, hub_problem, temporary_folder_problem, validate_config,
                            vllm_launcher)
 from domino.runs import lookup_runs, responses_of, split_replicate, trained_runs, vllm_runs
-from domino.logs import job_error_lines
+from domino.logs import job_error_lines, missing_target_line
 from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
 
@@ -160,6 +160,27 @@ if _problem:
 _removed = clear_stale_lock()
 if _removed:
     print(_removed, file=sys.stderr)
+
+
+# What a user asks for (the README's targets): a target no rule makes is refused in one line that
+# lists them, where Snakemake prints its MissingRuleException. Snakemake reports it through its
+# logger, after reading this file, so a filter on that logger rewrites the message.
+USER_TARGETS = ["reports/model_card.md", "all", "results/validate/<checkpoint>.json", "results/export/<checkpoint>",
+                "results/train/<checkpoint>/checkpoint/model.safetensors", f"with <checkpoint> one of {', '.join(TRAINED)}",
+                "or a rule's name after --until (snakemake --list-rules)"]
+
+
+def _one_line_for_a_missing_target(record):
+    if getattr(record, "exception", None) == "MissingRuleException":
+        line = missing_target_line(str(record.msg), USER_TARGETS)
+        if line:
+            record.msg, record.args = line, ()
+    return True
+
+
+from snakemake.logging import logger as _snakemake_logger  # noqa: E402
+
+_snakemake_logger.addFilter(_one_line_for_a_missing_target)
 
 
 # A run (not a dry run: onstart runs only before jobs) whose temporary folder is full stops here
