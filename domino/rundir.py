@@ -77,8 +77,9 @@ def overlays_problem(overlays: list[str], config: dict, checkout: str | Path, ma
         return None
     shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
     return (f"this directory holds a run with the overlays {recorded}; the overlays {overlays} would change its "
-            f"results ({shown}), and an overlay may only add jobs here ({ADDITIVE}): keep giving the overlays it "
-            f"was made with, or {start_over(marker)}")
+            f"results ({shown}), and an overlay may only add jobs here ({ADDITIVE}). To change a value of this run, "
+            f"edit it in config.yaml or in one of {recorded} and give the overlays it was made with: only the jobs "
+            f"that read it run again; to keep this run as it is, {start_over(marker)}")
 
 
 def process_start(pid: int) -> str | None:
