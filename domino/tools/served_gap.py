@@ -24,8 +24,9 @@ conversations (prompts):
   ... the loop's anchors      the same drafts, counted only at the anchors the loop visits (an
                               accepted run is one step, not one anchor per token), walked from the
                               first answer token: teacher forcing of the served condition
-  served                      the benchmark's own count (``<run>.json``), and how many of its
-                              steps accepted exactly what the walk accepted
+  served                      the benchmark's own count (``<run>.json``), how many of its steps
+                              accepted exactly what the walk accepted, and per prompt the first
+                              step that did not (after it the two walk from other anchors)
 
 It also says how often the verifier's next token lies outside the draft vocabulary (a draft there
 can never be accepted; teacher forcing's target is the best draft-vocabulary token and is counted
@@ -227,8 +228,11 @@ def main(argv=None) -> None:
             by_task = {q["task_id"]: q["accepted_per_step"] for q in served["prompts"]}
             steps = [by_task.get(task, []) for *_, task in rows]
             same = sum(int(a == b) for w, s in zip(walked, steps) for a, b in zip(w, s))
+            parted = [next((i for i, (a, b) in enumerate(zip(w, s)) if a != b), None) for w, s in zip(walked, steps)]
             c["served"] = pooled(steps) | {"steps_as_walked": same, "steps_compared": sum(min(len(w), len(s)) for w, s
-                                                                                          in zip(walked, steps))}
+                                                                                          in zip(walked, steps)),
+                                           # per prompt, the first step whose accepted count is not the walk's
+                                           "first_parting_step": parted}
         c["changes"] = {  # paired over the same prompts: each one change from a condition to the next
             "answers (held-out prompts: own over the corpus')": paired(held_own_runs, first_runs),
             "states unrounded over rounded": paired(exact, rounded),
