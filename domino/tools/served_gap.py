@@ -21,6 +21,9 @@ conversations (prompts):
                               states extracted here and rounded to ``features.dtype`` as training
                               read them: what changes is the domain and whose answers they are
   ... states unrounded        the verifier's states in its own dtype, as the loop hands them over
+  ... the verifier's tokens   each slot's target the verifier's own next token, as the loop checks
+                              it, not the best draft-vocabulary token teacher forcing scores (a
+                              token outside the draft vocabulary is never accepted)
   ... the loop's anchors      the same drafts, counted only at the anchors the loop visits (an
                               accepted run is one step, not one anchor per token), walked from the
                               first answer token: teacher forcing of the served condition
@@ -78,6 +81,16 @@ def anchor_runs(drafter: Drafter, ids: torch.Tensor, aux: torch.Tensor, target: 
         runs = hit[0, :, first:].long().cumprod(-1).sum(-1)
         out.update({int(x): int(r) for x, r in zip(a[0], runs)})
     return out
+
+
+def verifier_targets(ids: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
+    """(T,) the target ``slot_targets`` reads at ``t - 1`` for the token at ``t``, as the loop
+    checks a draft: the draft id of the verifier's own next token ``ids[t]`` (greedy answers are
+    its argmax), -1 where the draft vocabulary lacks it (no draft matches); the last is -1."""
+    tid = target_ids(d2t)
+    to_draft = torch.full((int(max(tid.max(), ids.max())) + 1,), -1, dtype=torch.long)
+    to_draft[tid] = torch.arange(len(tid))
+    return torch.cat([to_draft[ids[1:]], torch.tensor([-1])])
 
 
 def walk(runs: dict[int, int], start: int) -> list[int]:
@@ -218,12 +231,14 @@ def main(argv=None) -> None:
         held_own_runs = [anchor_runs(drafter, ids, aux.to(storage).float(), tgt, m) for ids, aux, tgt, m, _ in held_own]
         rounded = [anchor_runs(drafter, ids, aux.to(storage).float(), tgt, m) for ids, aux, tgt, m, _, _ in rows]
         exact = [anchor_runs(drafter, ids, aux.float(), tgt, m) for ids, aux, tgt, m, _, _ in rows]
-        walked = [walk(r, start) for r, (*_, start, _) in zip(exact, rows)]
+        checked = [anchor_runs(drafter, ids, aux.float(), verifier_targets(ids, d2t), m) for ids, aux, _, m, _, _ in rows]
+        walked = [walk(r, start) for r, (*_, start, _) in zip(checked, rows)]
         served_file = res / "benchmark" / suite / f"{ck}.json"
         served = read_json(served_file, "benchmark results") if served_file.exists() else None
         c = {"held_out_every_anchor": every_anchor(held_runs), "held_out_first_answers": every_anchor(first_runs),
              "held_out_own_answers": every_anchor(held_own_runs), "own_answers_every_anchor": every_anchor(rounded),
-             "own_answers_unrounded": every_anchor(exact), "own_answers_loop_anchors": pooled(walked)}
+             "own_answers_unrounded": every_anchor(exact), "own_answers_verifier_tokens": every_anchor(checked),
+             "own_answers_loop_anchors": pooled(walked)}
         if served is not None:
             by_task = {q["task_id"]: q["accepted_per_step"] for q in served["prompts"]}
             steps = [by_task.get(task, []) for *_, task in rows]
@@ -236,12 +251,14 @@ def main(argv=None) -> None:
         c["changes"] = {  # paired over the same prompts: each one change from a condition to the next
             "answers (held-out prompts: own over the corpus')": paired(held_own_runs, first_runs),
             "states unrounded over rounded": paired(exact, rounded),
-            "the loop's anchors over every anchor": paired(walked, exact)}
+            "the verifier's tokens over the best draft-vocabulary ones": paired(checked, exact),
+            "the loop's anchors over every anchor": paired(walked, checked)}
         if served is not None:
             c["changes"]["served over the loop's anchors, teacher-forced"] = paired(steps, walked)
         c["per_prompt"] = {k: sums(v) for k, v in (("held_out_first_answers", first_runs),
                                                     ("held_out_own_answers", held_own_runs),
-                                                    ("own_answers_every_anchor", rounded), ("own_answers_loop_anchors", walked))}
+                                                    ("own_answers_every_anchor", rounded),
+                                                    ("own_answers_verifier_tokens", checked), ("own_answers_loop_anchors", walked))}
         figures["checkpoints"][ck] = c
         print(f"{ck}: " + "; ".join(f"{k} {v['estimate']:.3f} [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
                                      for k, v in c.items() if "estimate" in v), flush=True)
