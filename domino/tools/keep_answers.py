@@ -27,11 +27,15 @@ def commit_of(folder: Path) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def main(argv=None) -> None:
+def parser():
     p = tool_parser("keep_answers", __doc__)
     p.add_argument("--run", required=True, help="a run directory whose regenerate jobs finished (results/regenerate/)")
     p.add_argument("--out", required=True, help="the folder to write answers.jsonl.gz and manifest.json into")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
     run = Path(args.run)
     splits = {}
     for split in ("train", "val"):

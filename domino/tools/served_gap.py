@@ -194,13 +194,17 @@ def outside_draft_vocab(rows, d2t: torch.Tensor) -> dict:
     return {"answer_tokens": n, "outside": miss, "share": miss / max(1, n)}
 
 
-def main(argv=None) -> None:
+def parser():
     p = tool_parser("served_gap", __doc__)
     p.add_argument("--run", required=True, help="a finished run's directory (its results/)")
     p.add_argument("--suite", default="humaneval", help="the benchmark suite whose prompts and answers are read")
     p.add_argument("--out", default=None, help="also write the figures to this JSON file")
     add_threads_argument(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     run, suite = Path(args.run), args.suite
     res = run / "results"
