@@ -202,7 +202,8 @@ def test_a_suite_that_cannot_be_read_is_refused_before_any_job(monkeypatch):
     """The config check names the suite's source key and what to install."""
     import yaml
 
-    from domino.config import ConfigError, merge, validate_config
+    from domino.config import merge, validate_config
+    from domino.schema import ConfigError
 
     both = {"benchmark": {"suites": ["humaneval", "mt-bench"]}}
     base = yaml.safe_load((P.Path(__file__).parent.parent / "config.yaml").read_text())

@@ -29,10 +29,9 @@ from ..acceptance import acceptance_summary
 from ..adaptive import CostAwareDraft, CostCurve
 from ..aux import AuxCapture
 from ..common import MachineLoad, hardware
-from ..config import folder_digests
 from ..decode import GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
 from ..decoders import DecoderSpec, build as build_decoder
-from ..io import write_json
+from ..io import folder_digests, write_json
 from ..model import Drafter
 from ..sampling import SamplingRule, seeded_generator
 from ..stats import LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio, ratio_of_sums
