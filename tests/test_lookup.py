@@ -97,7 +97,7 @@ def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
     import json
     import shutil
 
-    from domino.bench.run import acceptance_fields
+    from domino.bench.summary import acceptance_fields
     from domino.bench.timing import PromptTiming
     from domino.decode import DecodeResult
 

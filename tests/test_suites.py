@@ -183,7 +183,7 @@ def test_a_card_of_humaneval_alone_has_no_suite_section():
 def test_a_parting_in_turn_two_is_named_with_its_turn(verifier):
     """lossless_check on one turn of a suite of several: a near tie records its turn, a defect
     names it."""
-    from domino.bench.run import lossless_check
+    from domino.bench.lossless import lossless_check
     from domino.bench.timing import PromptTiming
     from domino.decode import DecodeResult, decode
 
