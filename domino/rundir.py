@@ -4,7 +4,7 @@ job is planned; each returns the one line to print, or None.
 
 One run directory holds one configuration: ``config.yaml`` plus the overlays given with
 ``--configfile``, recorded in ``.domino-run.json`` when a run starts. Later overlays are welcome
-when they only add jobs (``domino.config.ADDITIVE``) and refused, by a dry run as well, when they
+when they only add jobs (``ADDITIVE``) and refused, by a dry run as well, when they
 would change a result that exists.
 
 Snakemake's lock (``.snakemake/locks/``) refuses a second run in a folder where one is running. A
@@ -21,11 +21,57 @@ import json
 import os
 from pathlib import Path
 
-from .config import ADDITIVE, ConfigError, changes_to_results, load_config
+from .config import load_config
 from .io import DamagedFile, read_json, write_text
+from .schema import ConfigError
 
 RUN_MARKER = Path(".domino-run.json")  # the overlays of the run this directory holds
 LOCK_OWNER = Path(".snakemake/domino-lock-owner.json")  # the process holding Snakemake's lock
+
+
+# What an overlay may change in a directory that holds a finished run: it may only add jobs.
+ADDITIVE = ("new checkpoints: entries, a higher train.replicates, new benchmark.temperatures, new benchmark.suites, "
+            "the vLLM cross-check switched on (vllm.*, the features extracted by transformers)")
+
+
+def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
+    """How going from config ``before`` to ``after`` (both validated) would change results that
+    exist, one ``"key: old -> new"`` per changed key; empty when ``after`` only adds jobs
+    (``ADDITIVE``): a new entry of ``checkpoints:`` trains a new variant, a higher
+    ``train.replicates`` new replicates, a new temperature a new sampling job, a new suite a new
+    benchmark job (and sampling jobs), the vLLM section
+    on a run without vLLM results the vLLM benchmark jobs. The benchmark,
+    which decodes every trained run side by side, and the report then run again, as they do for
+    any new job."""
+    changes = []
+    for key in sorted(set(before) | set(after)):
+        where = f"{path}{key}"
+        if where == "vllm" and _cross_check_added(before, after):
+            continue
+        if key not in after:
+            changes.append(f"{where}: removed")
+        elif key not in before:
+            if path != "checkpoints.":
+                changes.append(f"{where}: added")
+        elif where == "train.replicates":
+            if after[key] < before[key]:
+                changes.append(f"{where}: {before[key]} -> {after[key]} (fewer replicates)")
+        elif where in ("benchmark.temperatures", "benchmark.suites"):
+            gone = [t for t in before[key] if t not in after[key]]
+            if gone:
+                changes.append(f"{where}: {before[key]} -> {after[key]} (drops {gone})")
+        elif isinstance(before[key], dict) and isinstance(after[key], dict):
+            changes += changes_to_results(before[key], after[key], f"{where}.")
+        elif before[key] != after[key]:
+            changes.append(f"{where}: {json.dumps(before[key])} -> {json.dumps(after[key])}")
+    return changes
+
+
+def _cross_check_added(before: dict, after: dict) -> bool:
+    """Whether going from ``before`` to ``after`` (whole configs) switches the vLLM cross-check on,
+    which only adds the vLLM benchmark jobs: no vLLM result exists yet, and vLLM extracts no features."""
+    backends = {c.get("features", {}).get("backend") for c in (before, after)}
+    return not before.get("vllm", {}).get("benchmark") and backends == {"transformers"}
 
 
 def run_overlays(configfiles, checkout: str | Path) -> list[str]:

@@ -1,17 +1,25 @@
 """The config schema's light facts, read by every room: where the schema ships, each section's
-keys and defaults, and what the ``train.noise*`` keys mean. The gate that checks a whole run
-(cross checks, the verifier's offline facts, overlays) is ``domino.config``; it imports this."""
+keys and defaults, what the ``train.noise*`` keys mean, the error a refused value raises
+(``ConfigError``) and what a hub id looks like. The gate that checks a whole run (cross checks
+against the verifier's offline facts, overlays) is ``domino.config``; it imports this."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 from typing import NamedTuple
 
 import yaml
 
 SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"  # shipped inside the package
+# a Hugging Face hub id (org/name), as verifier.source and benchmark.sources name one
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+class ConfigError(ValueError):
+    """A config value the workflow refuses."""
 
 
 def load_schema(path: str | Path = SCHEMA) -> dict:

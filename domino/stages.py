@@ -626,7 +626,8 @@ def read_config(raws: str | list[str], stage: str | None = None, wildcards: dict
     """The ``--config`` of a stage: ``{"declared": [...], "values": {...}}``, given as JSON (inline
     or ``@file.json``), or built from config files (``@config.yaml``, more than one merged in
     order) as the workflow builds it, for ``stage`` and its ``wildcards``."""
-    from .config import ConfigError, load_config
+    from .config import load_config
+    from .schema import ConfigError
 
     raws = [raws] if isinstance(raws, str) else list(raws)
     files = [r[1:] for r in raws if r.startswith("@") and r.lower().endswith(YAML_SUFFIXES)]

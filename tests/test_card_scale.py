@@ -286,7 +286,8 @@ def test_card_config_validates_offline():
 
 def test_card_config_against_a_local_qwen3_verifier(card_run):
     """With a local verifier the tokenizer is read: 151669 passes, a real token as mask is refused."""
-    from domino.config import ConfigError, validate_config
+    from domino.config import validate_config
+    from domino.schema import ConfigError
 
     cfg = _card_config()
     cfg["verifier"]["source"] = str(card_run["vdir"])

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from conftest import own_verifier
-from domino.config import ConfigError, validate_config
+from domino.config import validate_config
 from domino.runs import split_replicate, trained_runs
+from domino.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -364,7 +365,7 @@ def test_an_overlay_that_only_adds_jobs_changes_no_result():
     """The shipped sampling, replicates and ablations overlays only add jobs to the default run;
     anything else that differs is named by key, and so is what an overlay would take away."""
     from conftest import load_config_files
-    from domino.config import changes_to_results
+    from domino.rundir import changes_to_results
 
     base = load_config_files("config.yaml")
     for overlay in ("config/sampling.yaml", "config/replicates.yaml", "config/ablations.yaml",
@@ -399,7 +400,7 @@ def test_null_aux_layer_ids_follow_the_cards_rule_from_the_verifiers_depth(tmp_p
     layers the distinct ids of [1, L/2, L - 1], so a shallow verifier has ids too; a hub id's
     depth is unknown offline: refused."""
     from conftest import load_config_files, random_verifier_dir
-    from domino.config import default_aux_layer_ids
+    from domino.verifier.facts import default_aux_layer_ids
 
     assert default_aux_layer_ids(28) == [1, 13, 25] and default_aux_layer_ids(30) == [1, 14, 27]
     assert [default_aux_layer_ids(n) for n in (1, 2, 3, 4, 7, 8)] == [[1], [1], [1, 2], [1, 2, 3], [1, 3, 6],

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, copy_repo, run_snakemake
-from domino.config import ConfigError, load_schema, validate_config
+from domino.config import validate_config
+from domino.schema import ConfigError, load_schema
 
 CASES = 600
 SEED = 0

@@ -1,4 +1,4 @@
-"""The verifier families (domino.config.VERIFIER_FAMILIES): each built tiny and random from its
+"""The verifier families (domino.verifier.facts.VERIFIER_FAMILIES): each built tiny and random from its
 transformers config, saved with a tokenizer as a user brings it, either passes the config check
 and then loads, gives its hidden states by the aux-id convention, is extracted, decodes
 speculatively exactly as plainly and answers batched prompts as one at a time (the regenerate
@@ -14,9 +14,11 @@ import yaml
 
 from conftest import tiny_drafter
 from domino.aux import AuxCapture, decoder_parts
-from domino.config import VERIFIER_FAMILIES as TESTED, ConfigError, validate_config
+from domino.config import validate_config
 from domino.data.regenerate import generate_batch
 from domino.decode import NeuralDraft, decode
+from domino.schema import ConfigError
+from domino.verifier.facts import VERIFIER_FAMILIES as TESTED
 from domino.verifier.load import load_verifier
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,8 @@ import torch
 import yaml
 
 from conftest import ROOT
-from domino.config import ConfigError, load_config
+from domino.config import load_config
+from domino.schema import ConfigError
 from domino.verifier import gguf
 
 # read as written: validating the profile reads the file's header, which needs the wheel (the

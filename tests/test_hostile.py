@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from conftest import copy_repo, run_snakemake
-from domino.config import ConfigError, validate_config, vllm_launcher
+from domino.config import validate_config
+from domino.host import vllm_launcher
+from domino.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())

@@ -8,7 +8,7 @@ import sys
 
 from conftest import ROOT, copy_repo, run_snakemake
 
-HUB_PROBLEM = "from domino.config import hub_problem; print(hub_problem({!r}, timeout=3))"
+HUB_PROBLEM = "from domino.verifier.facts import hub_problem; print(hub_problem({!r}, timeout=3))"
 
 
 def _hub_problem(src, env):

@@ -14,6 +14,7 @@ from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 import domino.bench.run as B
 import domino.bench.suites as P
+from domino.bench import BenchmarkError
 from domino.verifier.embedded import build_embedded_verifier, train_tokenizer
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks.",
@@ -84,7 +85,7 @@ def test_benchmark_run_never_executes_or_decodes_generated_code(verifier_dir, tm
 
     # a prompt that does not fit the context is refused by task id before anything is timed
     out2 = tmp_path / "long.json"
-    with pytest.raises(B.BenchmarkError, match=r"HumanEval/\d+: prompt of \d+ tokens"):
+    with pytest.raises(BenchmarkError, match=r"HumanEval/\d+: prompt of \d+ tokens"):
         B.run_benchmark(replace(c, max_new_tokens=4000), str(verifier_dir), {}, {"baseline": str(out2)})
     assert not out2.exists()
 

@@ -7,9 +7,10 @@ import pytest
 
 from conftest import load_config_files as load
 from domino.card import report
-from domino.config import ConfigError, validate_config
+from domino.config import validate_config
 from domino.io import write_json
 from domino.runs import lookup_runs
+from domino.schema import ConfigError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
@@ -96,7 +97,7 @@ def test_a_lookup_that_never_drafted_is_said_not_tabled(tmp_path):
     import json
     import shutil
 
-    from domino.bench.run import acceptance_fields
+    from domino.bench.summary import acceptance_fields
     from domino.bench.timing import PromptTiming
     from domino.decode import DecodeResult
 

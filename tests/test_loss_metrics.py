@@ -111,7 +111,7 @@ def test_acceptance_summary_by_hand():
 
 
 def test_repeated_ngram_share_by_hand():
-    from domino.bench.run import repeated_ngram_share
+    from domino.bench.summary import repeated_ngram_share
 
     assert repeated_ngram_share([1, 2, 3, 4, 5, 6], 4) == 0.0  # 3 distinct 4-grams
     # [1,2,1,2,1,2]: 4-grams (1,2,1,2), (2,1,2,1), (1,2,1,2): 2 distinct of 3

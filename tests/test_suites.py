@@ -183,7 +183,7 @@ def test_a_card_of_humaneval_alone_has_no_suite_section():
 def test_a_parting_in_turn_two_is_named_with_its_turn(verifier):
     """lossless_check on one turn of a suite of several: a near tie records its turn, a defect
     names it."""
-    from domino.bench.run import lossless_check
+    from domino.bench.lossless import lossless_check
     from domino.bench.timing import PromptTiming
     from domino.decode import DecodeResult, decode
 
@@ -202,7 +202,8 @@ def test_a_suite_that_cannot_be_read_is_refused_before_any_job(monkeypatch):
     """The config check names the suite's source key and what to install."""
     import yaml
 
-    from domino.config import ConfigError, merge, validate_config
+    from domino.config import merge, validate_config
+    from domino.schema import ConfigError
 
     both = {"benchmark": {"suites": ["humaneval", "mt-bench"]}}
     base = yaml.safe_load((P.Path(__file__).parent.parent / "config.yaml").read_text())

@@ -4,7 +4,7 @@ Snakemake's scheduler failed with a traceback writing its job-selection problem 
 import os
 
 from conftest import copy_repo, run_snakemake
-from domino.config import TMP_MIN_FREE, temporary_folder_problem
+from domino.host import TMP_MIN_FREE, temporary_folder_problem
 
 
 def test_a_full_temporary_folder_is_named(tmp_path):

@@ -105,7 +105,8 @@ def test_aux_id_L_is_the_last_layer_before_the_final_norm(verifier):
     ("rms_norm_eps", None, r"model_type 'llama' has no rms_norm_eps"),
 ])
 def test_what_a_verifier_config_cannot_serve_is_refused_naming_the_field(field, value, match):
-    from domino.config import ConfigError, check_verifier_config
+    from domino.schema import ConfigError
+    from domino.verifier.facts import check_verifier_config
 
     c = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=2, num_key_value_heads=1).to_dict()

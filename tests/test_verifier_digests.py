@@ -8,7 +8,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from conftest import copy_repo, run_snakemake
-from domino.config import folder_digests
+from domino.io import folder_digests
 from domino.shapes import qwen3_config
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "Hello there, how are you today?", "I am fine, thanks."] * 20

@@ -9,11 +9,15 @@ every k alike), the median of each k kept; then each k's figure is the least of 
 larger k's (a forward over more rows is never cheaper: what is higher was noise). The drafter's
 over its block after the same context (its ``draft`` with its final logits, as
 ``domino.adaptive.CostAwareDraft`` calls it), ``repeats`` times, the median kept.
+
+And a step's floor (``step_floor``), measured after the timed decodes: the forwards a speculative
+step cannot do without, each timed alone the same way.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -84,3 +88,55 @@ def measure_costs(verifier, context_ids: list[int], max_rows: int, draft: Neural
 
         drafter = median_seconds(run_draft, repeats, sync)
     return CostCurve(curve, drafter, n)
+
+
+@dataclass(frozen=True)
+class StepFloor:
+    """The forwards a speculative step cannot do without, each timed alone (median seconds):
+    the drafter over one block with its base logits, the verifier over ``1 + drafts`` tokens,
+    and, for scale, the verifier over one token (a plain step's forward)."""
+
+    drafter_forward: float
+    verify_forward: float
+    plain_forward: float
+
+    @property
+    def step(self) -> float:
+        return self.drafter_forward + self.verify_forward
+
+
+@torch.inference_mode()
+def step_floor(verifier, draft: NeuralDraft, context_ids: list[int], repeats: int = 30) -> StepFloor:
+    """``StepFloor`` after a context of ``context_ids``: the verifier's cache and the drafter's
+    context cache are built once from them, the forwards run ``repeats`` times on those shapes
+    (the verifier's cache cut back after each), nothing else inside the timing."""
+    dev = verifier.device
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    drafter, D = draft.drafter, draft.drafts_per_step
+    n = len(context_ids) - D - 1
+    if n < 1:
+        raise ValueError(f"a step floor needs more than {D + 1} context tokens, got {len(context_ids)}")
+    cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
+    with AuxCapture(verifier, draft.aux_layer_ids) as cap:
+        verifier(input_ids=torch.tensor([context_ids[:n]], device=dev), **{ck: cache}, use_cache=True,
+                 logits_to_keep=1)
+        draft.reset(n)
+        draft.add_context(cap.aux(), 0)
+    block = torch.full((1, drafter.cfg.block_size), drafter.cfg.mask_token_id, device=dev)
+    block[0, 0] = context_ids[n]
+    block_pos = torch.arange(n, n + drafter.cfg.block_size, device=dev)[None]
+    verify_ids = torch.tensor([context_ids[n:n + D + 1]], device=dev)
+    one = verify_ids[:, :1]
+
+    def median(fn) -> float:
+        return median_seconds(fn, repeats, sync)
+
+    def verify(ids, keep):
+        verifier(input_ids=ids, **{ck: cache}, use_cache=True, logits_to_keep=keep)
+        crop_cache(cache, n)
+
+    return StepFloor(
+        drafter_forward=median(lambda: drafter.lm_head(drafter.backbone(block, block_pos, draft.kv))),
+        verify_forward=median(lambda: verify(verify_ids, 0)),
+        plain_forward=median(lambda: verify(one, 1)),
+    )

@@ -1,4 +1,5 @@
-"""The speculative-decoding benchmark: decode, check losslessness, summarise, write the results.
+"""The speculative-decoding benchmark job: load the verifier and every run's drafter, decode, check
+losslessness (``domino.bench.lossless``), summarise (``domino.bench.summary``), write the results.
 
 One job decodes one suite (``domino.bench.suites``: HumanEval, MT-Bench). A task of several turns is
 decoded turn by turn, as speculative-decoding papers run MT-Bench: turn 1 decoded by every
@@ -17,134 +18,28 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
-from ..acceptance import acceptance_summary
 from ..adaptive import CostAwareDraft, CostCurve
-from ..aux import AuxCapture
 from ..common import MachineLoad, hardware
-from ..config import folder_digests
-from ..decode import GreedyRule, NeuralDraft, cache_kwarg, crop_cache, decode
+from ..decode import GreedyRule, NeuralDraft, decode
 from ..decoders import DecoderSpec, build as build_decoder
-from ..io import write_json
+from ..io import folder_digests, write_json
 from ..model import Drafter
 from ..sampling import SamplingRule, seeded_generator
-from ..stats import LEVEL, RESAMPLES, acceptance_intervals, paired_rate_ratio, ratio_of_sums
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
-from .costs import measure_costs, median_seconds
+from . import BenchmarkError
+from .costs import measure_costs, step_floor
+from .lossless import float32_replay, lossless_check, margin_signs
 from .suites import SUITES, encode_turns, suite_tasks
-from .timing import (
-    PLAIN,
-    TIMING,
-    Decode,
-    Journal,
-    PromptDecodes,
-    PromptTiming,
-    merge_turns,
-    paired_decodes,
-    tokens_per_second,
-    untimed_tokens,
-)
+from .summary import decoder_records, prompt_records, summarise
+from .timing import PLAIN, TIMING, Decode, Journal, PromptDecodes, merge_turns, paired_decodes, untimed_tokens
 
 logger = logging.getLogger(__name__)
-
-
-def repeated_ngram_share(tokens: list[int], n: int = 4) -> float:
-    """Share of a sequence's n-grams that repeat an earlier one: 0 for no repetition, near 1 for a loop."""
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
-
-
-class BenchmarkError(RuntimeError):
-    pass
-
-
-@torch.inference_mode()
-def divergence(verifier, prompt_ids: list[int], ref: list[int], other: list[int], verify_rows: int = 0,
-               memo: dict | None = None) -> dict | None:
-    """Where two greedy continuations of one prompt part, and by how much the verifier's logits
-    of the two tokens differ there. None if they are identical.
-
-    The parting position's logits are computed in forwards of other row counts: in one forward
-    over the whole common prefix; as plain greedy decoding computed them (the prompt in one
-    forward, then one row per generated token against the cache); and, with ``verify_rows`` (the
-    speculative loop's 1 + B rows a step), shaped as a verify step: the prefix before the step in
-    one forward, then ``verify_rows`` rows in one, the parting position's predecessor at each of
-    their places in turn (rows after it hold ``ref``'s next tokens, which a causal forward does not
-    read there, and only change its row count). ``margins``: ``logit[ref] - logit[other]`` in each
-    (negative where that forward prefers the other token); ``gap``: the first's absolute value;
-    ``noise``: the largest logit difference over the vocabulary between the whole-prefix forward
-    and any other, what a forward's row counts move a logit by at this position (0 in float32 on
-    a CPU, tenths in bf16). ``gap`` is None when one continuation simply ended (EOS) where the
-    other went on, which no rounding explains.
-
-    ``memo``: a dict kept across calls that share ``ref`` (every drafter's lossless check against
-    one plain decode): the forwards at a parting depend on the prompt, ``ref``, the position and
-    ``verify_rows`` only, not on ``other``, so a parting two drafters share is computed once."""
-    t = next((i for i, (a, b) in enumerate(zip(ref, other)) if a != b), min(len(ref), len(other)))
-    if t == len(ref) == len(other):
-        return None
-    if t >= len(ref) or t >= len(other):
-        return {"position": t, "tokens": [ref[t] if t < len(ref) else None, other[t] if t < len(other) else None],
-                "gap": None}
-    memo = {} if memo is None else memo
-    key = (tuple(prompt_ids), tuple(ref), t, verify_rows)
-    if key not in memo:
-        forms = _parting_logits(verifier, list(prompt_ids) + list(ref), len(prompt_ids), t, verify_rows)
-        memo[key] = forms, max(float((forms[0] - f).abs().max()) for f in forms[1:])
-    return _parting(*memo[key], t, ref[t], other[t])
-
-
-def _parting(forms: list[torch.Tensor], noise: float, t: int, a: int, b: int) -> dict:
-    margins = [float(f[a] - f[b]) for f in forms]
-    return {"position": t, "tokens": [a, b], "gap": abs(margins[0]), "margins": margins, "noise": noise}
-
-
-def _parting_logits(verifier, full: list[int], n: int, t: int, verify_rows: int) -> list[torch.Tensor]:
-    """The logits that choose new token ``t`` after the prompt ``full[:n]``, in each of the
-    forwards ``divergence`` describes, the whole-prefix forward first: [vocab] float32 each."""
-    ids = torch.tensor([full[:n + t]], device=verifier.device)
-    whole = verifier(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
-    cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
-    out = verifier(input_ids=ids[:, :n], **{ck: cache}, use_cache=True, logits_to_keep=1)
-    for i in range(n, ids.shape[1]):
-        out = verifier(input_ids=ids[:, i:i + 1], **{ck: cache}, use_cache=True)
-    forms = [whole, out.logits[0, -1].float()]
-    last = ids.shape[1] - 1  # the position whose logits choose new token t
-    rows = full[n + t:] + [full[-1]] * verify_rows  # what the rows after it hold
-    for j in range(verify_rows):
-        start = last - j
-        if start < n:  # the step would begin inside the prompt, which the loop prefills
-            break
-        cache = DynamicCache(config=verifier.config)
-        verifier(input_ids=ids[:, :start], **{ck: cache}, use_cache=True, logits_to_keep=1)
-        block = torch.tensor([full[start:last + 1] + rows[:verify_rows - j - 1]], device=verifier.device)
-        forms.append(verifier(input_ids=block, **{ck: cache}, use_cache=True).logits[0, j].float())
-    return forms
-
-
-def lossless_verdict(divergence_info: dict | None, tie_tolerance: float | None) -> str:
-    """"same", "near-tie" or "mismatch" (a defect).
-
-    ``tie_tolerance`` a number: a near tie when the two tokens' logits lie within it (0: none is).
-    None: a near tie when, in one of the forwards of ``divergence``, the verifier's preference
-    for the plain token is no larger than the row-count noise measured there (or it prefers the
-    other token): the rule for a bf16 verifier, whose logits move with a forward's row count, so
-    that plain greedy (one row a step) and speculative greedy (1 + B rows) may part at a near tie."""
-    if divergence_info is None:
-        return "same"
-    gap = divergence_info["gap"]
-    if gap is None:
-        return "mismatch"
-    if tie_tolerance is None:
-        return "near-tie" if min(divergence_info["margins"]) <= divergence_info["noise"] else "mismatch"
-    return "near-tie" if tie_tolerance > 0 and gap <= tie_tolerance else "mismatch"
 
 
 @dataclass(frozen=True)
@@ -214,21 +109,6 @@ class Loaded:
     verifier: object
     stop_ids: list[int]
     drafts: dict[str, object]
-
-
-def decoder_records(spec: DecoderSpec) -> dict:
-    """What a results file says of a row without training of its own: its ``decoder`` record and,
-    for an n-gram lookup row, its ``lookup`` record."""
-    lookup = lookup_record(spec)
-    return {"decoder": spec.record(), **({"lookup": lookup} if lookup else {})}
-
-
-def lookup_record(spec: DecoderSpec) -> dict | None:
-    """An n-gram lookup row's ``lookup`` record (what vLLM's ``ngram`` method and the card read);
-    None for other rows."""
-    if spec.kind not in ("ngram", "ngram-then"):
-        return None
-    return {k: spec.settings[k] for k in ("max_n", "min_n", "drafts")} | {"then": spec.checkpoint}
 
 
 def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
@@ -365,174 +245,6 @@ def journal_path(outs: dict[str, str]) -> Path:
     return plain.with_name(f".{plain.stem}.decodes.jsonl")
 
 
-def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
-                   tie_tolerance: float | None, verify_rows: int = 0, turn: int | None = None,
-                   memo: dict | None = None, exact: bool = True) -> list[dict]:
-    """Greedy decoding: every speculative continuation must equal the plain one decoded beside it.
-    (A sampled one follows the same distribution, not the same tokens: tests/test_sampling.py.)
-
-    Returns the partings accepted as near ties (``lossless_verdict``), each with ``between``
-    naming the pair; raises BenchmarkError on any other parting. ``verify_rows``: the rows of the
-    run's verify forward (1 + drafts per step), the shape ``divergence`` also recomputes under
-    ``tie_tolerance`` None. ``turn``: the turn of a suite of several turns that ``encoded`` holds,
-    recorded with each near tie and named in the error. ``memo``: ``divergence``'s, shared by the
-    checks of every run against one plain decode.
-
-    ``exact`` False (a low-precision verifier, whose logits move with a forward's row count): no
-    parting raises here; each is returned, marked ``within_noise`` by ``lossless_verdict``, for
-    ``float32_replay`` to judge, which is the check there."""
-    near_ties, mismatches = [], []
-    for task, ids, tm in zip(tasks, encoded, timings):
-        if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
-            continue
-        d = divergence(verifier, ids, tm.plain.new_token_ids, tm.speculative.new_token_ids,
-                       verify_rows if tie_tolerance is None else 0, memo)
-        verdict = lossless_verdict(d, tie_tolerance)
-        if verdict == "near-tie" or not exact:
-            near_ties.append({"task_id": task["task_id"], **({"turn": turn} if turn else {}),
-                              "between": "speculative/plain", **d,
-                              **({} if exact else {"within_noise": verdict == "near-tie"})})
-        else:
-            gap = "n/a (one output ended)" if d["gap"] is None else f"{d['gap']:.4f}"
-            noise = f", row-count noise {d['noise']:.4f}" if d.get("noise") is not None else ""
-            where = f"{task['task_id']}" + (f" turn {turn}" if turn else "")
-            mismatches.append(f"{where} at new token {d['position']}, logit gap {gap}{noise}")
-    if mismatches:
-        raise BenchmarkError(f"continuations differ on {len(mismatches)} prompts ({'; '.join(mismatches[:5])}); "
-                             f"decoding is not lossless or not deterministic (benchmark.tie_tolerance "
-                             f"{'null: the row-count noise' if tie_tolerance is None else tie_tolerance} covers "
-                             "only smaller logit gaps)")
-    return near_ties
-
-
-def float32_replay(loaded32: Loaded, run: str, tasks: list[dict], encoded: list[list[int]],
-                   timings: list[PromptTiming], max_new_tokens: int, turn: int | None = None,
-                   plain_memo: dict | None = None) -> int:
-    """The exact lossless check of a low-precision benchmark: every prompt whose speculative
-    output parted from plain greedy's is decoded again in float32 (``loaded32``: the same verifier
-    and drafters, loaded in float32), plain and by ``run``'s drafter, and the two must agree token
-    for token; a parting there raises, naming the prompt and the position. Returns the number of
-    prompts replayed. In float32 on a CPU a forward's logits do not move with its row count, so a
-    correct loop cannot part there, while a loop that accepts a draft the verifier does not rank
-    first parts wherever the low-precision one did. ``plain_memo``: the float32 plain decodes by
-    prompt, kept across the runs of one job (a prompt several drafters part on is decoded once)."""
-    v, stop, draft = loaded32.verifier, loaded32.stop_ids, loaded32.drafts[run]
-    memo = {} if plain_memo is None else plain_memo
-    replayed, defects = 0, []
-    for task, ids, tm in zip(tasks, encoded, timings):
-        if tm.speculative is None or tm.plain.new_token_ids == tm.speculative.new_token_ids:
-            continue
-        key = (tuple(ids), max_new_tokens)
-        if key not in memo:
-            memo[key] = decode(v, ids, max_new_tokens, stop).new_token_ids
-        plain = memo[key]
-        spec = decode(v, ids, max_new_tokens, stop, draft=draft).new_token_ids
-        replayed += 1
-        if plain != spec:
-            t = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
-            defects.append(f"{task['task_id']}" + (f" turn {turn}" if turn else "") + f" at new token {t}")
-    if defects:
-        raise BenchmarkError(f"{run}: replayed in float32, the speculative output still parts from plain greedy on "
-                             f"{len(defects)} prompts ({'; '.join(defects[:5])}): decoding is not lossless")
-    return replayed
-
-
-def margin_signs(partings: list[dict]) -> dict:
-    """Which token the whole-prefix forward prefers at each parting (``divergence``'s first margin,
-    plain token minus speculative token): a correct loop's partings fall on both sides, a loop that
-    accepts drafts the verifier ranks lower favours the plain token. A two-sided sign test over the
-    partings with a preference (exact binomial, p = 1/2)."""
-    margins = [p["margins"][0] for p in partings if p.get("margins")]
-    plus, minus = sum(m > 0 for m in margins), sum(m < 0 for m in margins)
-    n, k = plus + minus, min(plus, minus)
-    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
-    return {"plain_preferred": plus, "speculative_preferred": minus, "ties": len(margins) - n, "sign_test_p": p}
-
-
-def speed_summary(timings: list[PromptTiming], seed: int) -> dict:
-    """Totals, both TPS and the paired speedup with intervals.
-
-    The speedup is the ratio of token rates, ``(sum(spec tokens) / sum(spec s)) / (sum(plain
-    tokens) / sum(plain s))``, prompts resampled in pairs (``domino.stats.paired_rate_ratio``),
-    greedy or sampled alike: sampled decodes give outputs of other lengths, and so does a greedy
-    decode in low precision that parts from plain greedy at a near tie, where a ratio of seconds
-    would set times of other token counts against each other. Where every output has its plain
-    decode's length it equals ``sum(plain s) / sum(speculative s)``."""
-    tokens = [len(t.main.new_token_ids) for t in timings]
-    plain_tokens = [len(t.plain.new_token_ids) for t in timings]
-    seconds = [t.main.seconds for t in timings]
-    plain_seconds = [t.plain.seconds for t in timings]
-    tps = ratio_of_sums(tokens, seconds, RESAMPLES, seed)
-    plain_tps = ratio_of_sums(plain_tokens, plain_seconds, RESAMPLES, seed)
-    speedup = paired_rate_ratio(tokens, seconds, plain_tokens, plain_seconds, RESAMPLES, seed)
-    return {"prompts": len(timings), "new_tokens": sum(tokens), "seconds": sum(seconds),
-            "tps": tokens_per_second(sum(tokens), sum(seconds)), "tps_ci": tps.bounds(),
-            "plain_seconds": sum(plain_seconds), "plain_tps": tokens_per_second(sum(plain_tokens), sum(plain_seconds)),
-            "plain_tps_ci": plain_tps.bounds(), "speedup": speedup.estimate, "speedup_ci": speedup.bounds(),
-            "draft_seconds": sum(t.main.draft_seconds for t in timings),
-            "verify_seconds": sum(t.main.verify_seconds for t in timings)}
-
-
-def acceptance_fields(timings: list[PromptTiming], drafts_per_step: int, seed: int) -> dict:
-    """Acceptance (``domino.acceptance``) with intervals; the plain baseline's trivial values."""
-    if drafts_per_step == 0:
-        new_tokens = sum(len(t.plain.new_token_ids) for t in timings)
-        return {"acceptance_length": 1.0, "acceptance_length_ci": [1.0, 1.0],
-                "acceptance_length_per_prompt_mean": 1.0, "acceptance_length_per_prompt_mean_ci": [1.0, 1.0],
-                "per_position_acceptance": [], "per_position_acceptance_ci": [], "conditional_acceptance": [],
-                "drafts_per_step": 0, "steps": new_tokens, "accepted": 0}
-    acc_lists = [t.speculative.accepted_per_step for t in timings]
-    if not any(acc_lists):  # no step drafted on any prompt (an n-gram lookup that never found a match)
-        zeros = [0.0] * drafts_per_step
-        return {"acceptance_length": 1.0, "acceptance_length_ci": [1.0, 1.0],
-                "acceptance_length_per_prompt_mean": 1.0, "acceptance_length_per_prompt_mean_ci": [1.0, 1.0],
-                "per_position_acceptance": zeros, "per_position_acceptance_ci": [[0.0, 0.0] for _ in zeros],
-                "conditional_acceptance": zeros, "drafts_per_step": drafts_per_step, "steps": 0, "accepted": 0}
-    return {**acceptance_summary(acc_lists, drafts_per_step),
-            **acceptance_intervals(acc_lists, drafts_per_step, RESAMPLES, seed), "drafts_per_step": drafts_per_step}
-
-
-def verifier_behaviour(timings: list[PromptTiming]) -> dict:
-    """How the verifier itself behaves (plain output): a verifier stuck in loops makes acceptance easy."""
-    plain = [t.plain for t in timings]
-    return {"eos_share": sum(r.stop_reason == "eos" for r in plain) / len(plain),
-            "repeated_4gram_share": sum(repeated_ngram_share(r.new_token_ids) for r in plain) / len(plain)}
-
-
-def prompt_records(tasks: list[dict], encoded: list[list[int]], timings: list[PromptTiming],
-                   turns: list[tuple[list[list[int]], list[PromptTiming]]] | None = None) -> list[dict]:
-    """One record per task (docs/results.md). ``turns`` (a task of several turns): each turn's
-    prompts and timings; the record's figures are then the task's, its turns' summed, and
-    ``turns`` holds each turn's own, with the task's ``category``."""
-    out = [{"task_id": task["task_id"], "prompt_token_ids": ids, "new_token_ids": t.main.new_token_ids,
-            "accepted_per_step": t.main.accepted_per_step, "seconds": t.main.seconds,
-            "plain_seconds": t.plain.seconds, "plain_first": t.plain_first, "position": t.position,
-            "plain_position": t.plain_position, "stop_reason": t.main.stop_reason}
-           for task, ids, t in zip(tasks, encoded, timings)]
-    if turns is None:
-        return out
-    for i, (task, record) in enumerate(zip(tasks, out)):
-        record["category"] = task["category"]
-        record["turns"] = [{"prompt_token_ids": enc[i], "new_token_ids": tm[i].main.new_token_ids,
-                            "accepted_per_step": tm[i].main.accepted_per_step, "seconds": tm[i].main.seconds,
-                            "plain_seconds": tm[i].plain.seconds, "stop_reason": tm[i].main.stop_reason}
-                           for enc, tm in turns]
-    return out
-
-
-def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list[dict], tie_tolerance: float | None,
-              seed: int) -> dict:
-    """The ``summary`` of a results file (docs/results.md): speed, acceptance, verifier behaviour,
-    the lossless verdict and the bootstrap's settings."""
-    speculative = drafts_per_step > 0
-    return {**speed_summary(timings, seed), **acceptance_fields(timings, drafts_per_step, seed),
-            **verifier_behaviour(timings), "matches_baseline": not near_ties, "near_tie_divergences": near_ties,
-            "tie_tolerance": tie_tolerance if speculative else 0.0,
-            # one job decodes the baseline file and every run beside it: their plain decodes are one
-            "plain_matches_baseline_file": True if speculative else None,
-            "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
-
-
 def turn_answers(loaded: Loaded, config: BenchmarkConfig, turn: tuple, first_index: int) -> list[list[int]]:
     """The verifier's answer to one turn of every task, which the next turn follows: the timed
     plain decode's (cut at ``max_new_tokens``), or, with ``config.answer_tokens``, a plain decode
@@ -572,58 +284,6 @@ def _check_budget(config: BenchmarkConfig, loaded: Loaded) -> None:
     if config.max_new_tokens < need:
         raise BenchmarkError(f"benchmark.max_new_tokens {config.max_new_tokens} leaves no full block of drafts "
                              f"at temperature {config.temperature:g} (allowed: >= {need}, a block plus two tokens)")
-
-
-@dataclass(frozen=True)
-class StepFloor:
-    """The forwards a speculative step cannot do without, each timed alone (median seconds):
-    the drafter over one block with its base logits, the verifier over ``1 + drafts`` tokens,
-    and, for scale, the verifier over one token (a plain step's forward)."""
-
-    drafter_forward: float
-    verify_forward: float
-    plain_forward: float
-
-    @property
-    def step(self) -> float:
-        return self.drafter_forward + self.verify_forward
-
-
-@torch.inference_mode()
-def step_floor(verifier, draft: NeuralDraft, context_ids: list[int], repeats: int = 30) -> StepFloor:
-    """``StepFloor`` after a context of ``context_ids``: the verifier's cache and the drafter's
-    context cache are built once from them, the forwards run ``repeats`` times on those shapes
-    (the verifier's cache cut back after each), nothing else inside the timing."""
-    dev = verifier.device
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    drafter, D = draft.drafter, draft.drafts_per_step
-    n = len(context_ids) - D - 1
-    if n < 1:
-        raise ValueError(f"a step floor needs more than {D + 1} context tokens, got {len(context_ids)}")
-    cache, ck = DynamicCache(config=verifier.config), cache_kwarg(verifier)
-    with AuxCapture(verifier, draft.aux_layer_ids) as cap:
-        verifier(input_ids=torch.tensor([context_ids[:n]], device=dev), **{ck: cache}, use_cache=True,
-                 logits_to_keep=1)
-        draft.reset(n)
-        draft.add_context(cap.aux(), 0)
-    block = torch.full((1, drafter.cfg.block_size), drafter.cfg.mask_token_id, device=dev)
-    block[0, 0] = context_ids[n]
-    block_pos = torch.arange(n, n + drafter.cfg.block_size, device=dev)[None]
-    verify_ids = torch.tensor([context_ids[n:n + D + 1]], device=dev)
-    one = verify_ids[:, :1]
-
-    def median(fn) -> float:
-        return median_seconds(fn, repeats, sync)
-
-    def verify(ids, keep):
-        verifier(input_ids=ids, **{ck: cache}, use_cache=True, logits_to_keep=keep)
-        crop_cache(cache, n)
-
-    return StepFloor(
-        drafter_forward=median(lambda: drafter.lm_head(drafter.backbone(block, block_pos, draft.kv))),
-        verify_forward=median(lambda: verify(verify_ids, 0)),
-        plain_forward=median(lambda: verify(one, 1)),
-    )
 
 
 def step_floors(loaded: Loaded, encoded: list[list[int]], decodes: list[PromptDecodes]) -> dict[str, dict]:

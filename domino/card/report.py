@@ -13,9 +13,9 @@ from importlib import metadata
 from pathlib import Path
 
 from ..common import hardware
-from ..config import HUB_ID, config_sha256
+from ..config import config_sha256
 from ..runs import lookup_runs, responses_of, trained_runs, vllm_runs
-from ..schema import aux_noise
+from ..schema import HUB_ID, aux_noise
 from . import published
 from .filters import PerCheckpoint
 from .paths import KIND_KEYS, CardPaths, data_size_points

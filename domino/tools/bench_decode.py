@@ -13,7 +13,7 @@ without ``--checkpoint`` a random Domino drafter; neither changes what the loop 
 verifier, the card's 3-layer Domino drafter), and ``--device cuda --dtype bfloat16`` runs them
 as the card does. Outside float32 a speculative run may part from plain greedy at a near-tie
 (one block forward and one-token forwards round differently); the script then counts those
-prompts and prints the largest logit gap found at the parting token (``domino.bench.run.divergence``)
+prompts and prints the largest logit gap found at the parting token (``domino.bench.lossless.divergence``)
 instead of stopping.
 """
 
@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache, Qwen3ForCausalLM
 
 from ..acceptance import acceptance_summary
-from ..bench.run import divergence
+from ..bench.lossless import divergence
 from ..common import DTYPES
 from ..decode import DecodeResult, NeuralDraft, OracleDraft, cache_kwarg, decode
 from ..model import Drafter, DrafterConfig
@@ -87,7 +87,7 @@ class Runs:
     plain: list[DecodeResult]
     drafter: list[DecodeResult]
     oracle: list[DecodeResult]
-    parted: list[dict]  # domino.bench.run.divergence of each prompt whose drafter run differs
+    parted: list[dict]  # domino.bench.lossless.divergence of each prompt whose drafter run differs
 
 
 def parser() -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ rotating order), with a timer around each part of the speculative step:
 
 It then times the step's floor on the same shapes, each forward alone with nothing around it:
 the drafter's forward with its base logits over one block, and the verifier's forward over
-``1 + drafts`` tokens after a cache of the run's mean context length (``domino.bench.run.step_floor``).
+``1 + drafts`` tokens after a cache of the run's mean context length (``domino.bench.costs.step_floor``).
 Every figure is per speculative step, in milliseconds and in plain steps (plain decoding's
 mean time per token in the same process).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from ..bench.run import step_floor
+from ..bench.costs import step_floor
 from ..bench.timing import rotation
 from ..common import hardware
 from ..decode import NeuralDraft, decode
@@ -65,7 +65,7 @@ class _Clock:
 def profile(verifier, drafts: dict[str, NeuralDraft], prompts: list[list[int]], max_new_tokens: int,
             stop_ids, floor_repeats: int = 30) -> dict[str, dict]:
     """Run -> mean seconds per step of each part in ``PARTS`` (``plain``: its step alone), the
-    step's floor (``domino.bench.run.StepFloor``) and the step count; all in this process."""
+    step's floor (``domino.bench.costs.StepFloor``) and the step count; all in this process."""
     cuda = verifier.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     clock = _Clock(sync)

@@ -1,9 +1,9 @@
 """Load a verifier: a hub id or a local ``save_pretrained`` directory, checked to be a causal LM
-the drafter can read (``domino.config.check_verifier_config``), with its tokenizer, its end of
+the drafter can read (``domino.verifier.facts.check_verifier_config``), with its tokenizer, its end of
 turn, its end-of-generation ids and its mask token.
 
 A decoder-only causal LM of transformers whose layers all attend to the whole context, of a
-tested family (``domino.config.VERIFIER_FAMILIES``: Qwen3, Qwen2, Llama, Mistral, Gemma, GPT-2, GPT-NeoX), can
+tested family (``domino.verifier.facts.VERIFIER_FAMILIES``: Qwen3, Qwen2, Llama, Mistral, Gemma, GPT-2, GPT-NeoX), can
 verify; the drafter's own layers stay Qwen3-style whatever the verifier, as the card's and vLLM's
 DFlash drafters are, and share only its hidden size, heads and embedding. The embedded verifier
 (``domino.verifier.embedded``) and a converted GGUF verifier (``domino.verifier.gguf``) load here like any other.
@@ -16,7 +16,16 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from ..common import DTYPES
+from ..schema import ConfigError
 from .attention import GROUPED_SDPA
+from .facts import (
+    SHAPE_ALIASES,
+    check_verifier_config,
+    is_local_source,
+    shape_fields,
+    tokenizer_files_problem,
+    unused_special_ids,
+)
 
 MASK_TOKEN = "<|MASK|>"
 
@@ -27,9 +36,7 @@ class VerifierError(ValueError):
 
 def check_local(path: str) -> None:
     """Refuse a local path that is not a directory, naming it, before transformers reads it as a
-    malformed hub id. A path is local unless it reads as ``org/name`` (``domino.config.is_local_source``)."""
-    from ..config import is_local_source
-
+    malformed hub id. A path is local unless it reads as ``org/name`` (``domino.verifier.facts.is_local_source``)."""
     if is_local_source(str(path)) and not Path(path).expanduser().is_dir():
         where = "" if Path(path).expanduser().is_absolute() else f" (relative paths are read from {Path.cwd()})"
         raise VerifierError(f"{str(path)!r} is not a directory{where}; a "
@@ -49,8 +56,6 @@ def check_files(path: str) -> None:
 def load_tokenizer(path: str):
     """The verifier's tokenizer, from the same hub id or directory (a directory without usable
     tokenizer files is refused naming it, where transformers' own message names no folder)."""
-    from ..config import tokenizer_files_problem
-
     check_local(path)
     check_files(path)
     problem = tokenizer_files_problem(path) if Path(path).expanduser().is_dir() else None
@@ -103,8 +108,6 @@ def mask_token_id(tokenizer, configured: int | None, stop_ids=(), embedding_rows
         return int(tid)
     if embedding_rows is not None and embedding_rows > len(tokenizer):
         return len(tokenizer)
-    from ..config import unused_special_ids
-
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
     named = {getattr(tokenizer, f"{k}_token_id", None) for k in ("bos", "eos", "pad", "unk")}
     unused = unused_special_ids({i: str(t) for i, t in tokenizer.added_tokens_decoder.items() if t.special},
@@ -163,8 +166,6 @@ def check_causal_lm(model) -> None:
 def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
     """``AutoModelForCausalLM.from_pretrained`` after checking the config (``check_verifier_config``)
     and, once loaded, the modules (``check_causal_lm``)."""
-    from ..config import ConfigError, check_verifier_config
-
     if dtype not in DTYPES:
         raise VerifierError(f"verifier dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     check_local(path)
@@ -192,10 +193,8 @@ def load_verifier(path: str, dtype: str = "float32", device: str = "cpu"):
 def _fill_shape_fields(config) -> None:
     """Give the loaded config the shape fields the drafter reads (``DrafterConfig.from_verifier``)
     under their usual names where its family names them otherwise or leaves them out
-    (``domino.config.shape_fields``: GPT-2's ``n_inner``, a LayerNorm's epsilon, full-size
+    (``domino.verifier.facts.shape_fields``: GPT-2's ``n_inner``, a LayerNorm's epsilon, full-size
     key/value heads); a field the config already answers is left as it is."""
-    from ..config import SHAPE_ALIASES, shape_fields
-
     filled = shape_fields(config.to_dict())
     for key in (*SHAPE_ALIASES, "num_key_value_heads"):
         if getattr(config, key, None) is None and filled.get(key) is not None:

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from ..acceptance import acceptance_from_counts, acceptance_summary, position_counts
-from ..bench.run import BenchmarkError
+from ..bench import BenchmarkError
 from ..bench.timing import joined_turns, paired_decodes, tokens_per_second, untimed_tokens
 from ..common import hardware
 from ..data.features import shard_tensors
@@ -68,7 +68,7 @@ def load_llm(model: str, dtype: str = "float32", max_model_len: int | None = Non
     """A ``vllm.LLM`` for ``model``; with ``speculative`` (a ``domino.export`` directory) it
     drafts with vLLM's DFlash proposer, ``drafts_per_step`` tokens per step, as trained through
     ``domino.vllm.plugin`` (``plugin=False``, for a control, lets vLLM serve it without); with
-    ``ngram`` (a lookup row's ``{"max_n", "min_n", "drafts"}``, ``domino.bench.run.lookup_record``) it
+    ``ngram`` (a lookup row's ``{"max_n", "min_n", "drafts"}``, ``domino.bench.summary.lookup_record``) it
     drafts with vLLM's own ``ngram`` method. vLLM's rule is not ``domino.decode.ngram_lookup``'s:
     it takes the earliest occurrence of the longest match and drafts no further than the context
     holds, where ours takes the latest and copies a full block.

@@ -6,8 +6,11 @@ import sys
 import time
 from pathlib import Path
 
-from domino.config import (ConfigError, folder_digests, hub_problem, temporary_folder_problem, validate_config,
-                           vllm_launcher)
+from domino.config import validate_config
+from domino.host import temporary_folder_problem, vllm_launcher
+from domino.io import folder_digests
+from domino.schema import ConfigError
+from domino.verifier.facts import hub_problem
 from domino.runs import lookup_runs, responses_of, split_replicate, trained_runs, vllm_runs
 from domino.logs import job_error_lines, missing_target_line
 from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
@@ -70,7 +73,7 @@ TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else VERIFIER_INPUT
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.
 VLLM = config["vllm"]
 # A relative vllm.python (.venv-vllm/bin/python) is read from the checkout, whatever --directory says;
-# both paths are quoted for the shell (domino.config.vllm_launcher).
+# both paths are quoted for the shell (domino.host.vllm_launcher).
 # The launcher of the stages that run under vLLM; without vllm.python no such job is planned (the
 # config check refuses a vLLM stage without it), and the rules' text still needs a command.
 VLLM_DOMINO = vllm_launcher(VLLM["python"], workflow.basedir) if VLLM["python"] else "false vllm.python is null"
