@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     for split in ("train", "val"):
         rows = read_jsonl(run / "results" / "regenerate" / f"{split}.jsonl", what="regenerated answers")
         splits[split] = (rows, read_json(run / "results" / "regenerate" / f"{split}.json", "regenerate summary"))
-    m = write_kept(args.out, splits, {"commit": commit_of(run), "run": str(run)})
+    m = write_kept(args.out, splits, {"commit": commit_of(run)})
     counts = ", ".join(f"{s}: {v['conversations']} conversations" for s, v in m["splits"].items())
     print(f"kept {counts} in {Path(args.out) / m['file']} ({m['bytes'] / 2**20:.1f} MiB, sha256 {m['sha256'][:12]}...)")
 
