@@ -397,7 +397,7 @@ def test_the_card_templates_are_a_param_of_the_report(micro_run, tmp_path):
     inputs = re.search(r"^rule report:\n\s+input: (.*)$", out.stdout + out.stderr, re.M).group(1).split(", ")
     assert not [i for i in inputs if os.path.isabs(i)], inputs
     copy = shutil.copytree(TEMPLATES, tmp_path / "templates")
-    assert len(template_files(copy)) == 3 and template_digest(copy) == template_digest()
+    assert len(template_files(copy)) == 4 and template_digest(copy) == template_digest()
     edited = template_files(copy)[0]
     edited.write_text(edited.read_text() + "\n")
     assert template_digest(copy) != template_digest()
