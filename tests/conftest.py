@@ -117,7 +117,7 @@ def interrupt_at_call(monkeypatch, module, name: str, n: int) -> dict:
 
 
 def copy_repo(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml", "workflow", "config", "profiles"):
+    for name in ("Snakefile", "config.yaml", "workflow", "config", "profiles", "answers"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
     shutil.copy(ROOT / "tests" / "micro.yaml", dst / "micro.yaml")
