@@ -182,16 +182,12 @@ def answered_here(verifier, prompts: list[list[int]], budget: int, stops, aux_id
     return out
 
 
-def outside_draft_vocab(rows, d2t: torch.Tensor) -> dict:
-    """How many answer tokens (after the first) the draft vocabulary lacks."""
-    inside = torch.zeros(int(target_ids(d2t).max()) + 1, dtype=torch.bool)
-    inside[target_ids(d2t)] = True
-    n = miss = 0
-    for ids, _, _, mask, start, _ in rows:
-        nxt = ids[start + 1:]
-        n += len(nxt)
-        miss += int(sum(1 for x in nxt.tolist() if x >= len(inside) or not inside[x]))
-    return {"answer_tokens": n, "outside": miss, "share": miss / max(1, n)}
+def outside_draft_vocab(rows, t2d: torch.Tensor) -> dict:
+    """How many answer tokens (after the first) the draft vocabulary lacks (``t2d``: its mask over
+    the target vocabulary, ``domino.vocab``)."""
+    nxt = torch.cat([ids[start + 1:] for ids, _, _, _, start, _ in rows])
+    miss = int((~t2d[nxt]).sum())
+    return {"answer_tokens": len(nxt), "outside": miss, "share": miss / max(1, len(nxt))}
 
 
 def parser():
@@ -213,7 +209,7 @@ def main(argv=None) -> None:
     plain = read_json(res / "benchmark" / suite / "baseline.json", "plain greedy's results")
     verifier_dtype = plain["protocol"]["verifier_dtype"]
     verifier = load_verifier(str(res / "verifier" / "model"), verifier_dtype, "cpu")
-    d2t, _ = load_vocab(res / "draft_vocab" / "vocab.safetensors")
+    d2t, t2d = load_vocab(res / "draft_vocab" / "vocab.safetensors")
     head = verifier.get_output_embeddings().weight[target_ids(d2t)]
     rows = own_answers(run, suite, verifier, aux_ids, head, DTYPES[verifier_dtype])
     held = load_features(res / "extract_hidden_states" / "val" / "index.json")
@@ -226,7 +222,7 @@ def main(argv=None) -> None:
     figures = {"run": str(run), "suite": suite, "hardware": hardware(), "verifier_dtype": verifier_dtype,
                "features_dtype": index["dtype"], "prompts": len(rows), "held_out_conversations": len(offs) - 1,
                "held_out_answered": sum(int(h[3].any()) for h in held_own), "max_new_tokens": budget,
-               "outside_draft_vocab": outside_draft_vocab(rows, d2t), "checkpoints": {}}
+               "outside_draft_vocab": outside_draft_vocab(rows, t2d), "checkpoints": {}}
     for ck in sorted(d.parent.name for d in (res / "train").glob("*/checkpoint")):
         drafter = Drafter.load(res / "train" / ck / "checkpoint").float().eval()
         held_runs = [anchor_runs(drafter, held["input_ids"][s:e], held["aux"][s:e].float(), held["target"][s:e],
