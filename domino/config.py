@@ -249,6 +249,10 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
                               "(allowed: weighting classic, or shift_label true)")
         if k["weighting"] == "classic" and not k["shift_label"] and d["block_size"] < 2:
             raise ConfigError(f"checkpoints.{name}: needs block_size >= 2 (allowed: block_size 2..64)")
+    corpora = [cfg["data"]["corpus"], *(m["corpus"] for m in cfg["data"]["mix"])]
+    if len(set(corpora)) < len(corpora):
+        raise ConfigError(f"data.mix: {', '.join(corpora)} names a corpus twice (with data.corpus first), which "
+                          "would train on its conversations twice (allowed: each corpus once; more of one: its samples)")
     t = cfg["train"]
     if not cfg["features"]["last_hidden_state"]:
         sections = {"train": t, **{f"checkpoints.{n}.train": k.get("train") or {} for n, k in kinds.items()}}

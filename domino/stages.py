@@ -172,6 +172,11 @@ class StageConfig:
         self._values, self._declared = values, declared
         self.reads: set[str] = set()
 
+    @property
+    def declared(self) -> tuple[str, ...]:
+        """The job's declared keys (a key some configs declare, ``Stage.reads_when``, is here when declared)."""
+        return tuple(self._declared)
+
     def _lookup(self, key: str):
         if not _under(key, self._declared):
             if key in JOB_SET_KEYS:
@@ -226,6 +231,21 @@ _RUN = ("seed", "threads")  # every stage seeds torch and sets its thread count
 _CORPUS = ("data.corpus", "data.samples", "data.hub_dataset", "data.hub_split")
 
 
+def _mix(config: dict) -> tuple[str, ...]:
+    """``data.mix`` is declared only where it holds a part, so a run without one records no new key."""
+    return ("data.mix",) if config["data"].get("mix") else ()
+
+
+def _corpus_records(cfg: StageConfig) -> list[tuple[str, list[dict]]]:
+    """Each part's ``(corpus, records)``: ``data.corpus`` first, then ``data.mix``'s parts in order."""
+    from .data import corpora as data_lib
+
+    parts = [(cfg["data.corpus"], cfg["data.samples"])]
+    if "data.mix" in cfg.declared:
+        parts += [(m["corpus"], m["samples"]) for m in cfg.section("data.mix")]
+    return [(c, data_lib.load_corpus(c, n, cfg["data.hub_dataset"], cfg["data.hub_split"])) for c, n in parts]
+
+
 def stage(name: str, reads: tuple[str, ...], paths: dict[str, str], reads_when=None):
     """Register the decorated function as the entry point of stage ``name``."""
     def register(fn):
@@ -234,31 +254,28 @@ def stage(name: str, reads: tuple[str, ...], paths: dict[str, str], reads_when=N
     return register
 
 
-@stage("tokenizer", (*_CORPUS, "verifier.embedded.vocab_size"), {"out": "output"})
+@stage("tokenizer", (*_CORPUS, "verifier.embedded.vocab_size"), {"out": "output"}, reads_when=_mix)
 def tokenizer(cfg: StageConfig, out: str) -> None:
-    from .data import corpora as data_lib
     from .verifier import embedded as embedded_lib
 
-    records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
-                                   cfg["data.hub_split"])
-    texts = (m["content"] for r in records for m in r["messages"])
+    texts = (m["content"] for _, records in _corpus_records(cfg) for r in records for m in r["messages"])
     tok = embedded_lib.train_tokenizer(texts, cfg["verifier.embedded.vocab_size"], out)
     logger.info(f"tokenizer with {len(tok)} tokens written to {out}")
 
 
 @stage("prepare_data", (*_CORPUS, "data.seq_len", "data.val_fraction", "data.enable_thinking"),
-       {"tokenizer": "param", "train": "output", "val": "output", "summary": "output"})
+       {"tokenizer": "param", "train": "output", "val": "output", "summary": "output"}, reads_when=_mix)
 def prepare_data(cfg: StageConfig, tokenizer: str, train: str, val: str, summary: str) -> None:
     from .data import corpora as data_lib
     from .verifier import load as verifier_lib
 
     tok = verifier_lib.load_tokenizer(tokenizer)  # a damaged tokenizer is refused before the corpus is read
-    records = data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"], cfg["data.hub_dataset"],
-                                   cfg["data.hub_split"])
-    rows = data_lib.prepare_records(tok, records, cfg["data.seq_len"],
-                                    cfg["data.val_fraction"], cfg["seed"], _template_kwargs(cfg))
-    s = data_lib.write_prepared(rows, train, val, summary, corpus=cfg["data.corpus"], samples=len(records),
-                                seq_len=cfg["data.seq_len"])
+    parts = _corpus_records(cfg)
+    t, v, counts = data_lib.prepare_parts(tok, parts, cfg["data.seq_len"], cfg["data.val_fraction"], cfg["seed"],
+                                          _template_kwargs(cfg))
+    s = data_lib.write_prepared((t, v), train, val, summary, corpus=cfg["data.corpus"],
+                                samples=sum(len(r) for _, r in parts), seq_len=cfg["data.seq_len"],
+                                parts=counts if len(parts) > 1 else None)
     logger.info(f"{s['train']} train / {s['val']} val conversations, {s['tokens']} tokens "
                 f"({s['assistant_tokens']} assistant)")
 
@@ -269,7 +286,8 @@ _REGENERATE = ("data.seq_len", "data.enable_thinking", "data.temperature", "data
 
 @stage("regenerate", ("device", "verifier.dtype", *_CORPUS, *_REGENERATE),
        {"split": "wildcard", "verifier": "param", "data": "input", "out": "output", "summary": "output"},
-       reads_when=lambda c: ("vllm.memory_fraction",) if c["data"]["generation_backend"] == "vllm" else ())
+       reads_when=lambda c: _mix(c) + (("vllm.memory_fraction",) if c["data"]["generation_backend"] == "vllm"
+                                       else ()))
 def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str, summary: str) -> None:
     from . import common, io
     from .data import corpora as data_lib, regenerate as regenerate_lib
@@ -281,8 +299,7 @@ def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str,
     model = verifier_lib.load_verifier(verifier, cfg["verifier.dtype"], device if backend == "transformers" else "cpu")
     rows = data_lib.read_jsonl(data)
     # the prepared rows name their conversations; the corpus, read again, gives their messages
-    messages = {r["id"]: r["messages"] for r in data_lib.load_corpus(cfg["data.corpus"], cfg["data.samples"],
-                                                                     cfg["data.hub_dataset"], cfg["data.hub_split"])}
+    messages = {r["id"]: r["messages"] for _, records in _corpus_records(cfg) for r in records}
     missing = [r["id"] for r in rows if r["id"] not in messages]
     if missing:
         raise regenerate_lib.RegenerateError(f"{data}: {len(missing)} conversations (the first {missing[0]!r}) are "

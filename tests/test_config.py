@@ -186,6 +186,10 @@ BAD = [
     ("replicates-per-variant", lambda c, t: _set(c, "checkpoints.domino.train", {"replicates": 2}),
      "checkpoints.domino.train.replicates"),
     ("benchmark-threads-zero", lambda c, t: _set(c, "benchmark.threads", 0), "benchmark.threads"),
+    ("mix-repeats-the-corpus", lambda c, t: _set(c, "data.mix", [{"corpus": c["data"]["corpus"], "samples": 4}]),
+     "data.mix"),
+    ("mix-part-without-samples", lambda c, t: _set(c, "data.mix", [{"corpus": "sharegpt-wheel"}]),
+     "data.mix.0.samples"),
     # the optional vLLM environment
     ("vllm-benchmark-without-python", lambda c, t: _set(c, "vllm.benchmark", True), "vllm.python"),
     ("vllm-extract-without-python", lambda c, t: _set(c, "features.backend", "vllm"), "vllm.python"),

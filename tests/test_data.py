@@ -167,6 +167,22 @@ def test_too_few_usable_conversations_is_an_error(tokenizer):
     assert len(train) == 4 and len(val) == 1
 
 
+def test_a_part_mixed_in_leaves_the_first_parts_rows_as_they_were(tokenizer):
+    """data.mix: each part split on its own, joined in order; the first part's rows are its rows
+    alone, each now naming its part; the counts say what each part gave."""
+    def recs(tag, n):
+        return [{"id": f"{tag}{i}", "messages": [{"role": "user", "content": f"Hello there {i}"},
+                                                   {"role": "assistant", "content": f"I am fine {i}"}]}
+                for i in range(n)]
+    alone = prepare_records(tokenizer, recs("a", 10), 512, 0.2, 0)
+    train, val, counts = D.prepare_parts(tokenizer, [("x", recs("a", 10)), ("y", recs("b", 5))], 512, 0.2, 0)
+    assert [r | {"part": "x"} for r in alone[0]] == train[:8] and [r | {"part": "x"} for r in alone[1]] == val[:2]
+    assert {r["part"] for r in train[8:] + val[2:]} == {"y"} and len(train) + len(val) == 15
+    assert counts == [{"corpus": "x", "samples": 10, "train": 8, "val": 2},
+                      {"corpus": "y", "samples": 5, "train": 4, "val": 1}]
+    assert D.prepare_parts(tokenizer, [("x", recs("a", 10))], 512, 0.2, 0)[:2] == alone  # one part: no tag
+
+
 # -----------------------------------------------------------------------------
 # JSONL rows
 

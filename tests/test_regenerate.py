@@ -100,6 +100,32 @@ def test_a_killed_regeneration_resumes_to_identical_shards(model, stops, tmp_pat
                                                                   for line in whole.read_text().splitlines())
 
 
+def test_shards_never_cross_a_change_of_part():
+    assert rg.shard_ranges([None] * 10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert rg.shard_ranges(["a"] * 5 + ["b"] * 3, 4) == [(0, 4), (4, 5), (5, 8)]
+    assert rg.shard_ranges(["a", "b", "a"], 4) == [(0, 1), (1, 2), (2, 3)]
+    assert rg.shard_ranges([], 4) == []
+
+
+def test_a_part_added_keeps_the_answers_of_the_parts_before_it(model, stops, tmp_path, monkeypatch, one_thread):
+    """data.mix: the first part's shards keep their keys when a part is mixed in after it, so a run
+    given the first part's kept answers answers only the new part's rows, and the first part's rows
+    come out the same."""
+    rows, prompts = [{"id": f"c{i}", "part": "a"} for i in range(6)], _prompts(10)
+    alone = tmp_path / "alone" / "train.jsonl"
+    s = rg.regenerate(model, "v", rows, prompts[:6], stops, 0, _config(), alone)
+    lines = [json.loads(line) for line in alone.read_text().splitlines()]
+    rg.write_kept(tmp_path / "kept", {"train": (lines, s)}, {"commit": "abc"})
+
+    calls = interrupt_at_call(monkeypatch, rg, "generate_batch", 100)
+    mixed = tmp_path / "mixed" / "train.jsonl"
+    assert rg.seed_parts(tmp_path / "kept", "train", mixed) == 2
+    rows_b = [{"id": f"d{i}", "part": "b"} for i in range(4)]
+    s2 = rg.regenerate(model, "v", rows + rows_b, prompts, stops, 0, _config(), mixed)
+    assert s2["kept_shards"] == 2 and calls["n"] == 2  # part b alone answered: batches of 3 and 1
+    assert mixed.read_text().splitlines()[:6] == alone.read_text().splitlines()
+
+
 def test_a_shard_of_other_settings_is_answered_again(model, stops, tmp_path, one_thread):
     rows, prompts = [{"id": f"c{i}"} for i in range(4)], _prompts(4)
     out = tmp_path / "out.jsonl"

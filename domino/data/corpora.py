@@ -311,6 +311,23 @@ def prepare_records(tokenizer, records, seq_len: int, val_fraction: float, seed:
     return train, val
 
 
+def prepare_parts(tokenizer, parts: list[tuple[str, list[dict]]], seq_len: int, val_fraction: float, seed: int,
+                  chat_template_kwargs=None) -> tuple[list[dict], list[dict], list[dict]]:
+    """``prepare_records`` over each part (``(corpus, records)``) on its own, the parts' rows joined
+    in order: the train rows, the val rows and each part's counts. With one part the rows are
+    ``prepare_records``' own; with more, each row names its part (``"part"``), so a part's rows are
+    the rows it gives alone, whatever is mixed after it (``domino.data.regenerate`` shards within a
+    part)."""
+    train, val, counts = [], [], []
+    for corpus, records in parts:
+        t, v = prepare_records(tokenizer, records, seq_len, val_fraction, seed, chat_template_kwargs)
+        if len(parts) > 1:
+            t, v = [r | {"part": corpus} for r in t], [r | {"part": corpus} for r in v]
+        train, val = train + t, val + v
+        counts.append({"corpus": corpus, "samples": len(records), "train": len(t), "val": len(v)})
+    return train, val, counts
+
+
 def write_jsonl(path, rows) -> None:
     """Prepared conversations, one compact JSON object per line."""
     io.write_jsonl(path, rows, separators=(",", ":"))
@@ -322,7 +339,7 @@ def read_jsonl(path) -> list[dict]:
 
 
 def write_prepared(split: tuple[list[dict], list[dict]], train_path, val_path, summary_path, *, corpus: str,
-                   samples: int, seq_len: int) -> dict:
+                   samples: int, seq_len: int, parts: list[dict] | None = None) -> dict:
     """Write the train and val conversations and their summary; return the summary.
 
     ``data_sha256`` hashes both files: the python-stdlib corpus is this interpreter's standard
@@ -336,5 +353,7 @@ def write_prepared(split: tuple[list[dict], list[dict]], train_path, val_path, s
                "tokens": sum(len(r["input_ids"]) for r in train + val),
                "assistant_tokens": sum(sum(r["loss_mask"]) for r in train + val), "seq_len": seq_len,
                "data_sha256": digest, "python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"]}
+    if parts:  # data.mix: each part's counts, data.corpus's first
+        summary["parts"] = parts
     io.write_json(summary_path, summary)
     return summary

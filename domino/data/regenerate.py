@@ -159,6 +159,19 @@ def regenerated_row(row_id, prompt: list[int], answer: list[int], cut: bool, seq
     return {"id": row_id, "input_ids": ids, "loss_mask": mask, "cut": cut}
 
 
+def shard_ranges(parts: list, shard_samples: int) -> list[tuple[int, int]]:
+    """The shards' ``(start, stop)`` row ranges: runs of ``shard_samples`` rows that never cross a
+    change of part (``data.mix``), so the shards of a part do not move when a part is added after it."""
+    ranges, start = [], 0
+    while start < len(parts):
+        stop = start + 1
+        while stop < len(parts) and stop - start < shard_samples and parts[stop] == parts[start]:
+            stop += 1
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
 def _shard_key(cfg: RegenerateConfig, verifier_key: str, prompts: list[list[int]], shard: int) -> str:
     h = hashlib.sha256(json.dumps({"config": asdict(cfg), "verifier": verifier_key, "shard": shard,
                                    "batching": BATCHING, "prompts": prompts}, sort_keys=True).encode())
@@ -195,12 +208,12 @@ def regenerate(verifier, verifier_key: str, rows: list[dict], prompts: list[list
     out = Path(out)
     parts = out.with_name(out.name + PARTS_SUFFIX)
     parts.mkdir(parents=True, exist_ok=True)
-    starts = list(range(0, len(rows), cfg.shard_samples))
+    starts = shard_ranges([r.get("part") for r in rows], cfg.shard_samples)
     total_tokens, t0 = 0, time.perf_counter()
     bar = tqdm(total=len(rows), desc=desc, unit="conv", mininterval=5)
     kept, keys = 0, []
-    for s, start in enumerate(starts):
-        idx = list(range(start, min(start + cfg.shard_samples, len(rows))))
+    for s, (start, stop) in enumerate(starts):
+        idx = list(range(start, stop))
         key = _shard_key(cfg, verifier_key, [prompts[i] for i in idx], s)
         keys.append({"key": key, "conversations": len(idx)})
         path, record = parts / f"shard-{s:05d}.jsonl", parts / f"shard-{s:05d}.key"
