@@ -64,6 +64,8 @@ class Kind:
     sections: tuple[str, ...] = ()  # the config sections its rows read (the benchmark stage declares them)
     cost_aware: bool = False  # its drafts are chosen by the costs the job measured (domino.adaptive): a timing
     describe: Callable[[dict], str] | None = None  # how it drafts, one sentence of the card's, from its settings
+    # (a kind it makes unnecessary, the card's sentence when that kind's row is not decoded beside it)
+    replaces: tuple[str, str] | None = None
 
 
 def _ngram_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
@@ -163,7 +165,11 @@ KINDS: dict[str, Kind] = {
                      sections=("benchmark.cost_aware",), cost_aware=True),
     "hybrid": Kind(_hybrid_rows, "hybrid: {checkpoint}, the free drafts or none, cost-aware", False,
                    _build_hybrid, sections=("benchmark.cost_aware", "benchmark.suffix", "benchmark.ngram"),
-                   cost_aware=True),
+                   cost_aware=True,
+                   replaces=("ngram-then", "The lookup-then-{checkpoint} row is not decoded: the hybrid row chooses "
+                             "each step between {checkpoint}'s draft, the free drafts and none by their measured "
+                             "cost, which covers what that row did (the lookup where it matches, {checkpoint} "
+                             "elsewhere); `benchmark.ngram.then` brings it back.")),
 }
 SECTIONS = tuple(dict.fromkeys(s for kind in KINDS.values() for s in kind.sections))  # every kind's, once
 

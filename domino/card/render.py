@@ -224,6 +224,19 @@ def _lookup_row(res: dict, run: str) -> dict:
             "description": description(bench), "adaptive": _adaptive(bench), "bench": bench}
 
 
+def replaced_sentences(benches: list[dict], labels: dict) -> list[str]:
+    """The card's sentence for each decoder kind a shown row makes unnecessary (``Kind.replaces``)
+    whose own row was not decoded beside it, its checkpoint's label filled in."""
+    kinds = {decoder_kind(b) for b in benches}
+    out = []
+    for b in benches:
+        rep = KINDS[decoder_kind(b)].replaces if decoder_kind(b) in KINDS else None
+        if rep and rep[0] not in kinds:
+            ck = b.get("decoder", {}).get("checkpoint")
+            out.append(rep[1].format(checkpoint=labels.get(ck, ck)))
+    return out
+
+
 def _adaptive(bench: dict) -> dict | None:
     """A cost-aware row's choices, in the card's words: per source the share of steps and tokens
     a step; the cost curve in milliseconds and as a multiple of one row."""
@@ -501,6 +514,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
         "cost_aware": [{"suite": _suite_name(res["suites"][suite]), "label": lookup_label(b), **_adaptive(b)}
                        for suite, runs in res.get("lookup", {}).items() for b in runs.values() if "adaptive" in b],
+        "replaced": replaced_sentences([r["bench"] for r in lookups], LABELS),
         "lookup_silent": [lookup_label(b) for b in res.get("lookup", {}).get(MAIN_SUITE, {}).values()
                           if not shown(b)],
         "domino_vs": _domino_vs_dflash(res, by_name), "ablations": _ablation_rows(res, by_name, order, changes),
