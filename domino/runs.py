@@ -1,13 +1,10 @@
 """A run's names, read by the workflow, the stages and the card: the trained runs (each
-checkpoint and its seed replicates), the rows that decode without training of their own
-(``domino.decoders``), what vLLM serves, and the answers a
-checkpoint trains on."""
+checkpoint and its seed replicates) and the answers a checkpoint trains on. The rows that decode
+without training of their own, and what vLLM serves, are ``domino.decoders``'s."""
 
 from __future__ import annotations
 
 import re
-
-from .decoders import decoder_specs
 
 REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": replicate r >= 1
 
@@ -29,20 +26,3 @@ def split_replicate(run: str) -> tuple[str, int]:
     for ``domino``. Checkpoint names never end in ``-seed<r>`` (refused by the config check)."""
     m = REPLICATE.fullmatch(run)
     return (m.group(1), int(m.group(2))) if m else (run, 0)
-
-
-LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram), the one row vLLM also serves
-
-
-def lookup_runs(cfg: dict) -> list[str]:
-    """The benchmark's runs that need no training of their own (``domino.decoders``: the n-gram
-    lookup, the suffix cache, the lookup-then-checkpoint row, the cost-aware rows), each where
-    configured, in the registry's order."""
-    return [spec.run for spec in decoder_specs(cfg["benchmark"], cfg["checkpoints"])]
-
-
-def vllm_runs(cfg: dict) -> list[str]:
-    """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm.plugin``) and the
-    n-gram lookup row where the benchmark decodes it (vLLM's ``ngram`` method; the
-    lookup-then-checkpoint row has no vLLM method)."""
-    return ["baseline"] + list(cfg["checkpoints"]) + [r for r in lookup_runs(cfg) if r == LOOKUP]

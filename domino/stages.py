@@ -525,7 +525,7 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
 
 @stage("vllm_benchmark_lookup", _VLLM, {"verifier": "param", "baseline": "input", "ours": "input", "out": "output"})
 def vllm_benchmark_lookup(cfg: StageConfig, verifier: str, baseline: str, ours: str, out: str) -> None:
-    from .runs import LOOKUP
+    from .decoders import LOOKUP
     from .vllm.backend import run_vllm_benchmark  # vLLM lives in its own environment
 
     # the lookup's settings are those its benchmark row recorded (ours), as are the prompts

@@ -56,12 +56,22 @@ def _module(path: Path) -> str:
 MODULES = {_module(p): p for p in PKG.rglob("*.py")}
 
 
-def _imports(name: str) -> set[str]:
-    """The package's modules that module ``name`` imports (``from . import x`` names module x)."""
+def _module_level(tree: ast.AST):
+    """The nodes of ``tree`` outside every function body: what runs when the module is imported."""
+    for node in ast.iter_child_nodes(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield node
+            yield from _module_level(node)
+
+
+def _imports(name: str, lazy: bool = True) -> set[str]:
+    """The package's modules that module ``name`` imports (``from . import x`` names module x);
+    ``lazy`` False: only those imported at module level, none inside a function."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree) if lazy else _module_level(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -72,6 +82,23 @@ def _imports(name: str) -> set[str]:
 
 
 GRAPH = {name: _imports(name) for name in MODULES}
+MODULE_LEVEL = {name: _imports(name, lazy=False) for name in MODULES}
+# the floors, lowest first: a lazy import (inside a function) never reaches a floor above its own
+FLOORS = (PLUMBING, ALGORITHM, STAGE_FOLDERS, CARD, STAGE_LAYER, TOOLS)
+MAX_CHAIN = 8  # the longest import chain, in modules, the importer first, lazy imports counted
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports of a graph without circles: module, a module it imports, and
+    on, as far as it goes (counted in modules: ``a -> b`` is 2)."""
+    memo: dict[str, list[str]] = {}
+
+    def chain(v):
+        if v not in memo:
+            memo[v] = [v, *max((chain(w) for w in sorted(graph[v])), key=len, default=[])]
+        return memo[v]
+
+    return max((chain(v) for v in sorted(graph)), key=len, default=[])
 
 
 def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -122,6 +149,25 @@ def test_every_module_is_in_one_room():
 
 def test_no_import_circle():
     assert _circles(GRAPH) == []
+
+
+def test_the_longest_import_chain_counting_lazy_imports_is_at_most_8():
+    """Every import counts, those inside functions included: a change at the bottom reaches the top
+    through at most 8 modules."""
+    assert _longest_chain({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"c"}}) == ["a", "b", "c"]
+    assert "domino.config" in MODULE_LEVEL["domino.rundir"] and "domino.card.report" not in MODULE_LEVEL["domino.stages"]
+    chain = _longest_chain(GRAPH)
+    assert 2 <= len(_longest_chain(MODULE_LEVEL)) <= len(chain) <= MAX_CHAIN, " -> ".join(chain)
+
+
+def test_no_lazy_import_goes_back_up():
+    """An import inside a function reaches the importer's floor or one below (``FLOORS``), never one
+    above: a lower module that needs a fact of a higher one has it moved down, not imported late."""
+    floor = {m: FLOORS.index(room_of(m)) for m in MODULES if m != "domino"}
+    assert floor["domino.config"] < floor["domino.verifier.load"] < floor["domino.stages"]
+    up = {m: sorted(d for d in GRAPH[m] - MODULE_LEVEL[m] if d != "domino" and floor[d] > floor[m])
+          for m in floor}
+    assert not any(up.values()), {m: d for m, d in up.items() if d}
 
 
 def test_the_algorithm_imports_nothing_from_the_pipeline_the_card_or_the_tools():
