@@ -1,8 +1,9 @@
 """The config gate: the JSON schema (with defaults) plus the checks a schema cannot express, against
 the verifier's offline facts (``domino.verifier.facts``) and the benchmark suites' sources
-(``domino.bench.suites.check_source``), and overlays merged. What every room reads
-of the config without checking a run lives in ``domino.schema`` (keys, defaults, ``ConfigError``)
-and ``domino.runs`` (names); what an overlay may change in a finished run, in ``domino.rundir``.
+(``domino.bench.suites.check_source``), and overlays merged. What every room reads of the config
+without checking a run lives in ``domino.schema`` (keys, defaults, ``ConfigError``) and
+``domino.checkpoints`` (a checkpoint's run names); what an overlay may change in a finished run, in
+``domino.rundir``.
 
 ``validate_config`` returns the config with defaults filled in, or raises ``ConfigError``
 with one line that names the key and what is allowed. The Snakefile calls it before any job
@@ -23,9 +24,9 @@ from pathlib import Path
 import yaml
 
 from .bench.suites import PromptError, check_source
+from .checkpoints import REPLICATE
 from .decoders import RESERVED, RESERVED_PATTERNS
 from .host import auto_dtype, cpu_units, vllm_python_problem
-from .runs import REPLICATE
 from .schema import ConfigError, load_schema
 from .verifier.facts import check_vocabulary_ids, default_aux_layer_ids, verifier_facts
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .checkpoints import split_replicate
 from .decoders import SECTIONS as DECODER_SECTIONS
-from .runs import split_replicate
 from .schema import section_keys
 
 if TYPE_CHECKING:
@@ -461,7 +461,7 @@ def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, ch
                 lookups: dict | None = None) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order;
     ``lookups``: each untrained row's ``domino.decoders.DecoderSpec`` and its results file (greedy only)."""
-    from .bench import run as bench_lib
+    from .bench import job as bench_lib
 
     config = bench_lib.BenchmarkConfig(
         device=cfg["device"], verifier_name=cfg["verifier.name"], verifier_dtype=cfg["verifier.dtype"],

@@ -21,12 +21,12 @@ from pathlib import Path
 import yaml
 
 from .. import io
+from ..checkpoints import split_replicate, trained_runs
 from ..io import read_json
-from ..runs import split_replicate, trained_runs
 from .published import CHECKPOINTS
 
 SCHEMAS = Path(__file__).resolve().parent / "results_schemas.yaml"  # shipped inside the package
-SEALED = ("benchmark",)  # the kinds whose stage seals its files (domino.bench.run): no seal, no read
+SEALED = ("benchmark",)  # the kinds whose stage seals its files (domino.bench.job): no seal, no read
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,6 +1,7 @@
-"""A run's names, read by the workflow, the stages and the card: the trained runs (each
-checkpoint and its seed replicates) and the answers a checkpoint trains on. The rows that decode
-without training of their own, and what vLLM serves, are ``domino.decoders``'s."""
+"""A checkpoint's names, read by the workflow, the stages and the card: its trained runs (the
+checkpoint and its seed replicates, each a row of the benchmark named by the ``{run}`` of its
+results files) and the answers it trains on. The rows that decode without training of their own,
+and what vLLM serves, are ``domino.decoders``'s; a run directory is ``domino.rundir``'s."""
 
 from __future__ import annotations
 
