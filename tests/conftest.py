@@ -13,7 +13,7 @@ import yaml
 from torch import nn
 from transformers import Qwen3ForCausalLM
 
-from domino.bench.run import BenchmarkConfig
+from domino.bench.job import BenchmarkConfig
 from domino.card import scale
 from domino.config import validate_config
 from domino.shapes import qwen3_config

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import BENCH_CONFIG, bench_outs, tiny_drafter
+from domino.bench.job import BenchmarkConfig, Decoding, Loaded, run_benchmark, timed_decodes
 from domino.bench.lossless import divergence, lossless_check, lossless_verdict
-from domino.bench.run import BenchmarkConfig, Decoding, Loaded, run_benchmark, timed_decodes
 from domino.bench.summary import acceptance_fields, prompt_records, speed_summary
 from domino.decode import NeuralDraft, decode
 from domino.stats import compare_checkpoints
@@ -234,7 +234,7 @@ def test_sampling_with_a_budget_below_a_full_block_is_refused_before_timing():
     from types import SimpleNamespace
 
     from domino.bench import BenchmarkError
-    from domino.bench.run import Loaded, _check_budget
+    from domino.bench.job import Loaded, _check_budget
 
     def config(temperature, max_new_tokens):
         return BenchmarkConfig(device="cpu", verifier_name="v", verifier_dtype="float32", enable_thinking=None,

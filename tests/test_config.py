@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import own_verifier
+from domino.checkpoints import split_replicate, trained_runs
 from domino.config import validate_config
-from domino.runs import split_replicate, trained_runs
 from domino.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,7 +262,7 @@ def test_a_variant_may_override_drafter_and_train_keys():
 
 
 def test_a_variant_may_override_its_answers_and_no_other_data_key():
-    from domino.runs import responses_of
+    from domino.checkpoints import responses_of
 
     cfg = copy.deepcopy(DEFAULT)
     cfg["checkpoints"]["domino-regenerated"] = {**cfg["checkpoints"]["domino"], "data": {"responses": "verifier"}}

@@ -1,4 +1,4 @@
-"""The verifier families (domino.verifier.facts.VERIFIER_FAMILIES): each built tiny and random from its
+"""The verifier families (domino.verifier.families): each built tiny and random from its
 transformers config, saved with a tokenizer as a user brings it, either passes the config check
 and then loads, gives its hidden states by the aux-id convention, is extracted, decodes
 speculatively exactly as plainly and answers batched prompts as one at a time (the regenerate
@@ -18,7 +18,7 @@ from domino.config import validate_config
 from domino.data.regenerate import generate_batch
 from domino.decode import NeuralDraft, decode
 from domino.schema import ConfigError
-from domino.verifier.facts import VERIFIER_FAMILIES as TESTED
+from domino.verifier.families import FAMILIES, VERIFIER_FAMILIES as TESTED
 from domino.verifier.load import load_verifier
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,13 +40,13 @@ CONFIGS = {
     "Qwen3": lambda: T.Qwen3Config(**SHAPE, num_key_value_heads=2, head_dim=16),
     "Gemma": lambda: T.GemmaConfig(**SHAPE, num_key_value_heads=2, head_dim=16),
 }
-RUNS = [f for f in CONFIGS if f != "Phi"]
 # the one line the config check prints for each refused configuration
 REFUSED = {
     "Phi": "verifier.source: model_type 'phi': its output head adds a bias (lm_head.bias), which the drafter's "
            "frozen copy of the head's rows and the greedy targets of the extraction leave out (allowed: a tested "
            "family: Qwen3, Qwen2, Llama, Mistral, Gemma, GPT-2, GPT-NeoX)",
 }
+RUNS = [f for f in CONFIGS if f not in REFUSED]
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +128,10 @@ def test_a_family_that_runs_is_checked_extracted_and_decoded_losslessly(folders,
     verifier = load_verifier(str(folders[family]))
     assert TESTED[verifier.config.model_type] == family
     parts = decoder_parts(verifier)
+    entry = FAMILIES[verifier.config.model_type]  # the family's entry names the modules it has
+    base = getattr(verifier, entry.base)
+    assert parts["base"] is base and parts["norm"] is getattr(base, entry.norm)
+    assert parts["embed"] is getattr(base, entry.embed) and parts["layers"] is getattr(base, entry.layers)
     ids = torch.randint(0, VOCAB - 1, (1, 12), generator=torch.Generator().manual_seed(0))
 
     # the aux ids: 0 the first layer's input, i < L transformers' hidden_states[i], L before the final norm

@@ -1,4 +1,4 @@
-"""HumanEval in the benchmark (domino.bench.suites, domino.bench.run): where the prompts come from, and
+"""HumanEval in the benchmark (domino.bench.suites, domino.bench.job): where the prompts come from, and
 that a benchmark run never executes, nor even decodes to text, the code the verifier generates."""
 
 import json
@@ -12,7 +12,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-import domino.bench.run as B
+import domino.bench.job as B
 import domino.bench.suites as P
 from domino.bench import BenchmarkError
 from domino.verifier.embedded import build_embedded_verifier, train_tokenizer

@@ -16,8 +16,9 @@ PKG = ROOT / "domino"
 ALGORITHM = ("domino.aux", "domino.vocab", "domino.model", "domino.loss", "domino.export", "domino.decode",
              "domino.decoders", "domino.suffix", "domino.adaptive",
              "domino.sampling", "domino.acceptance")
-PLUMBING = ("domino.config", "domino.schema", "domino.runs", "domino.common", "domino.host", "domino.io", "domino.rundir",
-            "domino.shapes", "domino.stats")
+# the verifier families' table is plain data every room reads: plumbing, though it lives in the verifier's folder
+PLUMBING = ("domino.config", "domino.schema", "domino.checkpoints", "domino.common", "domino.host", "domino.io",
+            "domino.rundir", "domino.shapes", "domino.stats", "domino.verifier.families")
 STAGE_LAYER = ("domino.__main__", "domino.stages", "domino.logs")
 STAGE_FOLDERS = ("domino.verifier", "domino.data", "domino.train", "domino.bench", "domino.vllm")
 CARD = ("domino.card",)
@@ -26,12 +27,25 @@ ROOMS = (ALGORITHM, PLUMBING, STAGE_LAYER, STAGE_FOLDERS, CARD, TOOLS)
 PIPELINE = ("domino.stages", "domino.__main__", "domino.card", "domino.tools")
 # what the card may import from the package besides itself: plumbing that reads files and numbers, and the
 # registry of the rows without training (light on import: what a decoder is built from loads only when built)
-CARD_MAY_IMPORT = ("domino.acceptance", "domino.common", "domino.config", "domino.decoders", "domino.io", "domino.runs",
-                   "domino.schema", "domino.stats")
+CARD_MAY_IMPORT = ("domino.acceptance", "domino.checkpoints", "domino.common", "domino.config", "domino.decoders",
+                   "domino.io", "domino.schema", "domino.stats")
+
+
+def _longest(module: str, prefixes) -> str | None:
+    """The longest of ``prefixes`` that names ``module`` (that module, or one under it), or None."""
+    return max((p for p in prefixes if module == p or module.startswith(p + ".")), key=len, default=None)
+
+
+def room_of(module: str) -> tuple[str, ...] | None:
+    """The room of ``module``: the one whose prefix naming it is the longest (``domino.verifier.families``
+    is plumbing, the rest of ``domino.verifier`` a stage's folder); None where no prefix names it."""
+    best = _longest(module, [p for room in ROOMS for p in room])
+    return next((room for room in ROOMS if best in room), None)
 
 
 def within(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+    """One of ``prefixes`` names ``module``, and no longer prefix of a room does."""
+    return _longest(module, [*prefixes, *(p for room in ROOMS for p in room)]) in prefixes
 
 
 def _module(path: Path) -> str:
@@ -42,12 +56,22 @@ def _module(path: Path) -> str:
 MODULES = {_module(p): p for p in PKG.rglob("*.py")}
 
 
-def _imports(name: str) -> set[str]:
-    """The package's modules that module ``name`` imports (``from . import x`` names module x)."""
+def _module_level(tree: ast.AST):
+    """The nodes of ``tree`` outside every function body: what runs when the module is imported."""
+    for node in ast.iter_child_nodes(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield node
+            yield from _module_level(node)
+
+
+def _imports(name: str, lazy: bool = True) -> set[str]:
+    """The package's modules that module ``name`` imports (``from . import x`` names module x);
+    ``lazy`` False: only those imported at module level, none inside a function."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree) if lazy else _module_level(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -58,6 +82,23 @@ def _imports(name: str) -> set[str]:
 
 
 GRAPH = {name: _imports(name) for name in MODULES}
+MODULE_LEVEL = {name: _imports(name, lazy=False) for name in MODULES}
+# the floors, lowest first: a lazy import (inside a function) never reaches a floor above its own
+FLOORS = (PLUMBING, ALGORITHM, STAGE_FOLDERS, CARD, STAGE_LAYER, TOOLS)
+MAX_CHAIN = 8  # the longest import chain, in modules, the importer first, lazy imports counted
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports of a graph without circles: module, a module it imports, and
+    on, as far as it goes (counted in modules: ``a -> b`` is 2)."""
+    memo: dict[str, list[str]] = {}
+
+    def chain(v):
+        if v not in memo:
+            memo[v] = [v, *max((chain(w) for w in sorted(graph[v])), key=len, default=[])]
+        return memo[v]
+
+    return max((chain(v) for v in sorted(graph)), key=len, default=[])
 
 
 def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -93,21 +134,41 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_read():
     """Not vacuous: known edges are found, and a circle is found where one is made."""
-    assert "domino.model" in GRAPH["domino.bench.run"] and "domino.card.paths" in GRAPH["domino.card.render"]
+    assert "domino.model" in GRAPH["domino.bench.job"] and "domino.card.paths" in GRAPH["domino.card.render"]
     assert "domino.data.corpora" in GRAPH["domino.stages"]  # from .data import corpora as data_lib
-    assert _circles({**GRAPH, "domino.model": GRAPH["domino.model"] | {"domino.bench.run"}})
+    assert _circles({**GRAPH, "domino.model": GRAPH["domino.model"] | {"domino.bench.job"}})
 
 
 def test_every_module_is_in_one_room():
-    """A module added outside every room, or a prefix naming no module, fails here."""
+    """A module added outside every room, a prefix naming no module, or one in two rooms fails here."""
     prefixes = [p for room in ROOMS for p in room]
-    assert [p for p in prefixes if p not in MODULES] == []
-    bad = {m: sum(within(m, room) for room in ROOMS) for m in MODULES if m != "domino"}
-    assert {m: n for m, n in bad.items() if n != 1} == {}
+    assert [p for p in prefixes if p not in MODULES] == [] and len(prefixes) == len(set(prefixes))
+    assert [m for m in MODULES if m != "domino" and room_of(m) is None] == []
+    assert room_of("domino.verifier.families") is PLUMBING and room_of("domino.verifier.facts") is STAGE_FOLDERS
 
 
 def test_no_import_circle():
     assert _circles(GRAPH) == []
+
+
+def test_the_longest_import_chain_counting_lazy_imports_is_at_most_8():
+    """Every import counts, those inside functions included: a change at the bottom reaches the top
+    through at most 8 modules."""
+    assert _longest_chain({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"c"}}) == ["a", "b", "c"]
+    assert "domino.config" in MODULE_LEVEL["domino.rundir"]
+    assert "domino.card.report" in GRAPH["domino.stages"] and "domino.card.report" not in MODULE_LEVEL["domino.stages"]
+    chain = _longest_chain(GRAPH)
+    assert 2 <= len(_longest_chain(MODULE_LEVEL)) <= len(chain) <= MAX_CHAIN, " -> ".join(chain)
+
+
+def test_no_lazy_import_goes_back_up():
+    """An import inside a function reaches the importer's floor or one below (``FLOORS``), never one
+    above: a lower module that needs a fact of a higher one has it moved down, not imported late."""
+    floor = {m: FLOORS.index(room_of(m)) for m in MODULES if m != "domino"}
+    assert floor["domino.config"] < floor["domino.verifier.load"] < floor["domino.stages"]
+    up = {m: sorted(d for d in GRAPH[m] - MODULE_LEVEL[m] if d != "domino" and floor[d] > floor[m])
+          for m in floor}
+    assert not any(up.values()), {m: d for m, d in up.items() if d}
 
 
 def test_the_algorithm_imports_nothing_from_the_pipeline_the_card_or_the_tools():
@@ -126,7 +187,7 @@ def test_the_card_reads_results_never_models():
     assert not any(bad.values()), bad
     # and in a fresh interpreter: importing every card module loads neither transformers nor the model
     code = ("import sys\n" + "".join(f"import {m}\n" for m in sorted(card))
-            + "print(sorted(m for m in ('transformers', 'domino.model', 'domino.bench.run') if m in sys.modules))")
+            + "print(sorted(m for m in ('transformers', 'domino.model', 'domino.bench.job') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 

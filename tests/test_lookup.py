@@ -8,8 +8,8 @@ import pytest
 from conftest import load_config_files as load
 from domino.card import report
 from domino.config import validate_config
+from domino.decoders import lookup_runs
 from domino.io import write_json
-from domino.runs import lookup_runs
 from domino.schema import ConfigError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"

@@ -1,4 +1,4 @@
-"""Benchmark suites (domino.bench.suites, domino.bench.run, the card): MT-Bench read offline, decoded
+"""Benchmark suites (domino.bench.suites, domino.bench.job, the card): MT-Bench read offline, decoded
 turn by turn with the verifier's own answer before turn 2, and reported per suite and category."""
 
 import importlib.metadata
@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 import domino.bench.suites as P
 from conftest import BENCH_CONFIG, CARD_INFO, FIXTURE, PROVENANCE, bench_outs, check_ci, render_results, table
-from domino.bench.run import run_benchmark
+from domino.bench.job import run_benchmark
 from domino.card.results import load_results
 from domino.io import write_json
 from domino.stats import acceptance_length_difference, acceptance_length_pooled
@@ -118,7 +118,7 @@ def test_turn_two_follows_an_answer_of_its_own_budget(saved_run, tmp_path, one_t
 def test_the_next_turns_prompt_holds_the_answer_as_an_assistant_turn(saved_run):
     """next_turn_prompts on an answer of words (the tiny verifier above answers in newlines): the
     answer's text stands as the assistant's turn between the two user turns."""
-    from domino.bench.run import next_turn_prompts
+    from domino.bench.job import next_turn_prompts
 
     tok = AutoTokenizer.from_pretrained(str(saved_run[0]))
     task = {"task_id": "MT-Bench/81", "turns": ["Say hello.", "Now louder."], "category": "writing"}

@@ -145,7 +145,7 @@ def float32_replay(loaded32, run: str, tasks: list[dict], encoded: list[list[int
                    plain_memo: dict | None = None) -> int:
     """The exact lossless check of a low-precision benchmark: every prompt whose speculative
     output parted from plain greedy's is decoded again in float32 (``loaded32``: the same verifier
-    and drafters, loaded in float32, a ``domino.bench.run.Loaded``), plain and by ``run``'s drafter,
+    and drafters, loaded in float32, a ``domino.bench.job.Loaded``), plain and by ``run``'s drafter,
     and the two must agree token for token; a parting there raises, naming the prompt and the
     position. Returns the number of prompts replayed. In float32 on a CPU a forward's logits do not
     move with its row count, so a correct loop cannot part there, while a loop that accepts a draft

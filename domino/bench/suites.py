@@ -2,7 +2,7 @@
 becomes token ids.
 
 A suite's tasks are ``{"task_id", "turns", "category"}``: the user turns in order (a turn after
-the first is asked after the verifier's own answer to the turns before, ``domino.bench.run``) and
+the first is asked after the verifier's own answer to the turns before, ``domino.bench.job``) and
 the task's category (None where the suite has none). ``benchmark.sources`` names where each
 suite is read from:
 

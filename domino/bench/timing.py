@@ -5,7 +5,7 @@ apart: every decoder runs on a prompt back to back with the others, the order ch
 prompt to the next by a design balanced for places and for predecessors (``rotation``), each
 decode timed with the garbage collector off (``timed``), after one untimed warm-up per decoder
 (``untimed_tokens``). ``paired_decodes`` does all of it;
-the benchmark (``domino.bench.run``), the vLLM cross-check (``domino.vllm.backend``) and the tools
+the benchmark (``domino.bench.job``), the vLLM cross-check (``domino.vllm.backend``) and the tools
 (``domino/tools``) time through it. What the timings are turned into (summaries, intervals)
 lives with each of them.
 

@@ -12,9 +12,10 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from ..checkpoints import responses_of, trained_runs
 from ..common import hardware
 from ..config import config_sha256
-from ..runs import lookup_runs, responses_of, trained_runs, vllm_runs
+from ..decoders import lookup_runs, vllm_runs
 from ..schema import HUB_ID, aux_noise
 from . import published
 from .filters import PerCheckpoint

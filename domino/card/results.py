@@ -21,12 +21,12 @@ from pathlib import Path
 import yaml
 
 from .. import io
+from ..checkpoints import split_replicate, trained_runs
 from ..io import read_json
-from ..runs import split_replicate, trained_runs
 from .published import CHECKPOINTS
 
 SCHEMAS = Path(__file__).resolve().parent / "results_schemas.yaml"  # shipped inside the package
-SEALED = ("benchmark",)  # the kinds whose stage seals its files (domino.bench.run): no seal, no read
+SEALED = ("benchmark",)  # the kinds whose stage seals its files (domino.bench.job): no seal, no read
 
 
 @functools.lru_cache(maxsize=1)
@@ -177,7 +177,7 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
     ``"replicate_validate"`` (replicate 0 is the checkpoint's own file, under ``"benchmark"`` and
     ``"validate"``). ``regenerated``
     (``data.responses: verifier``): the regenerate stage's summaries go under ``"regenerate"``, by
-    split. ``lookups`` (``domino.runs.lookup_runs``): the n-gram lookup rows' greedy results of
+    split. ``lookups`` (``domino.decoders.lookup_runs``): the n-gram lookup rows' greedy results of
     every suite, under ``"lookup"`` by suite and run. ``"temperatures"`` and ``"replicate_count"``
     say what was asked for."""
     if MAIN_SUITE not in suites:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..acceptance import steps_accepting
-from ..runs import split_replicate, trained_runs
+from ..checkpoints import split_replicate, trained_runs
 from ..stats import (
     LEVEL,
     acceptance_length_difference,
@@ -340,7 +340,7 @@ def replicate_summary(benches: dict[str, dict], checkpoints: list[str], replicat
     checkpoints hold in every replicate.
 
     ``benches``: benchmark results by run name (replicate r >= 1 of checkpoint c is ``c-seed<r>``,
-    ``domino.runs.trained_runs``); ``validates``: validate results by the same run names;
+    ``domino.checkpoints.trained_runs``); ``validates``: validate results by the same run names;
     ``pairs``: the checkpoint pairs to order (default: every pair of ``checkpoints``, in list order)."""
     values = _replicate_values(benches, checkpoints, replicates, validates)
     metrics = list(values[checkpoints[0]]) if checkpoints else list(REPLICATE_METRICS)

@@ -1,6 +1,6 @@
 """Robustness of the paired speedup under load: ``python -m domino.tools.bench_paired``.
 
-Runs the benchmark stage (``domino.bench.run.run_benchmark``, greedy) twice on a finished run's
+Runs the benchmark stage (``domino.bench.job.run_benchmark``, greedy) twice on a finished run's
 verifier and checkpoints: once quiet, once beside a CPU-bound process (a busy loop pinned to
 one core). Prints each checkpoint's paired speedup with its 95% bootstrap interval from both
 runs and whether the intervals overlap, beside the unpaired figure (speculative TPS under load
@@ -24,11 +24,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..bench.run import BenchmarkConfig, run_benchmark
+from ..bench.job import BenchmarkConfig, run_benchmark
 from ..bench.timing import PLAIN
+from ..checkpoints import trained_runs
 from ..config import load_config
 from ..io import write_json
-from ..runs import trained_runs
 from . import tool_parser
 
 

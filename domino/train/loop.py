@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from ..aux import FINAL_NORMS, decoder_parts
+from ..aux import decoder_parts
 from ..io import save_torch, write_json, write_jsonl
 from ..loss import (
     curriculum_loss,
@@ -43,6 +43,7 @@ from ..loss import (
     weighted_terms,
 )
 from ..schema import AuxNoise, aux_noise
+from ..verifier.families import FINAL_NORMS
 from .batches import (
     PackedRows,
     SeedStream,

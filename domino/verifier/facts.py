@@ -2,10 +2,9 @@
 (``domino.verifier.load``) know of a verifier before any model loads, read without torch (the
 workflow reads them when it plans a run).
 
-The verifier families (``VERIFIER_FAMILIES``: a family tested is one entry there; the names of its
-decoder parts are ``domino.aux``'s), the shape fields by each family's own names, the check of a
-verifier's config, its depth, vocabulary and the token ids its files name (``verifier_facts``), the
-aux-layer ids a depth gives, its tokenizer files, and whether a source is a local folder or a hub id
+The shape fields by each family's own names (the families, one entry each, are
+``domino.verifier.families``'s), the check of a verifier's config, its depth, vocabulary and the
+token ids its files name (``verifier_facts``), the aux-layer ids a depth gives, its tokenizer files, and whether a source is a local folder or a hub id
 that can be loaded. A refusal is a ``domino.schema.ConfigError``: one line naming the key.
 """
 
@@ -15,39 +14,22 @@ import json
 from pathlib import Path
 
 from ..schema import HUB_ID, ConfigError
-
-# The verifier families: the decoder-only causal LMs of transformers whose hidden states the
-# drafter reads. Tested (tests/test_families.py: this check, the hidden-state capture, the
-# extraction and a lossless speculative decode on a tiny random model of each): the families of
-# VERIFIER_FAMILIES, by model_type. REFUSED_FAMILIES are refused here, before any job. Another
-# family is tried as it comes: its config.json is read by the names below, and loading it
-# refuses a model whose decoder parts are not found (domino.verifier.load.check_causal_lm).
-VERIFIER_FAMILIES = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama", "mistral": "Mistral", "gemma": "Gemma",
-                     "gpt2": "GPT-2", "gpt_neox": "GPT-NeoX"}
-REFUSED_FAMILIES = {
-    "phi": "its output head adds a bias (lm_head.bias), which the drafter's frozen copy of the head's rows and "
-           "the greedy targets of the extraction leave out",
-}
-# the shape fields the drafter reads, and the other names a family gives them (transformers'
-# attribute maps: GPT-2's n_layer is num_hidden_layers; a LayerNorm's epsilon is the norm's eps)
-SHAPE_ALIASES = {"num_hidden_layers": ("n_layer",), "hidden_size": ("n_embd",), "num_attention_heads": ("n_head",),
-                 "max_position_embeddings": ("n_positions",), "intermediate_size": ("n_inner",),
-                 "rms_norm_eps": ("layer_norm_epsilon", "layer_norm_eps")}
-# where a family keeps its final norm when not at model.norm (read there by the vLLM extraction;
-# train.loss kl_div finds it by the families' names, domino.aux.decoder_parts)
-FINAL_NORM_AT = {"gpt2": "transformer.ln_f", "gpt_neox": "gpt_neox.final_layer_norm", "phi": "model.final_layernorm"}
+from .families import FAMILIES, FINAL_NORM_AT, REFUSED_FAMILIES, SHAPE_ALIASES, VERIFIER_FAMILIES
 
 
 def shape_fields(c: dict) -> dict:
     """A verifier's config (a mapping) with the drafter's shape fields filled in from the family's
     own names; key/value heads, when not given, as many as the query heads (GPT-2, GPT-NeoX);
-    GPT-2's MLP size, when ``n_inner`` is null, four times the hidden size, as GPT-2 builds it."""
+    the MLP size, when the config leaves it null, the family's multiple of the hidden size
+    (``Family.mlp_ratio``: GPT-2's ``n_inner`` null is four times the hidden size, as GPT-2 builds it)."""
     out = dict(c)
     for key, names in SHAPE_ALIASES.items():
         if out.get(key) is None:
             out[key] = next((out[n] for n in names if out.get(n) is not None), None)
-    if out.get("intermediate_size") is None and out.get("model_type") == "gpt2" and isinstance(out.get("hidden_size"), int):
-        out["intermediate_size"] = 4 * out["hidden_size"]
+    family = FAMILIES.get(out["model_type"]) if isinstance(out.get("model_type"), str) else None
+    ratio = family.mlp_ratio if family is not None else None
+    if out.get("intermediate_size") is None and ratio is not None and isinstance(out.get("hidden_size"), int):
+        out["intermediate_size"] = ratio * out["hidden_size"]
     if out.get("num_key_value_heads") is None:
         out["num_key_value_heads"] = out.get("num_attention_heads")
     return out

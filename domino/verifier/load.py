@@ -3,7 +3,7 @@ the drafter can read (``domino.verifier.facts.check_verifier_config``), with its
 turn, its end-of-generation ids and its mask token.
 
 A decoder-only causal LM of transformers whose layers all attend to the whole context, of a
-tested family (``domino.verifier.facts.VERIFIER_FAMILIES``: Qwen3, Qwen2, Llama, Mistral, Gemma, GPT-2, GPT-NeoX), can
+tested family (``domino.verifier.families``: Qwen3, Qwen2, Llama, Mistral, Gemma, GPT-2, GPT-NeoX), can
 verify; the drafter's own layers stay Qwen3-style whatever the verifier, as the card's and vLLM's
 DFlash drafters are, and share only its hidden size, heads and embedding. The embedded verifier
 (``domino.verifier.embedded``) and a converted GGUF verifier (``domino.verifier.gguf``) load here like any other.
@@ -15,17 +15,12 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from ..aux import decoder_parts
 from ..common import DTYPES
 from ..schema import ConfigError
 from .attention import GROUPED_SDPA
-from .facts import (
-    SHAPE_ALIASES,
-    check_verifier_config,
-    is_local_source,
-    shape_fields,
-    tokenizer_files_problem,
-    unused_special_ids,
-)
+from .facts import check_verifier_config, is_local_source, shape_fields, tokenizer_files_problem, unused_special_ids
+from .families import EMBEDDINGS, FINAL_NORMS, LAYERS, SHAPE_ALIASES
 
 MASK_TOKEN = "<|MASK|>"
 
@@ -149,9 +144,7 @@ def eos_ids(tokenizer, model_config, generation_config=None) -> list[int]:
 def check_causal_lm(model) -> None:
     """Refuse a loaded model whose modules the drafter and ``domino.aux.AuxCapture`` cannot read:
     the base model's embedding, decoder layers and final norm (by the names of
-    ``domino.aux.decoder_parts``) and output embeddings."""
-    from ..aux import EMBEDDINGS, FINAL_NORMS, LAYERS, decoder_parts
-
+    ``domino.aux.decoder_parts``, the families' names) and output embeddings."""
     parts = decoder_parts(model)
     names = {"embed": EMBEDDINGS, "layers": LAYERS, "norm": FINAL_NORMS}
     missing = [f"base model {'|'.join(names[k])}" for k in names if parts[k] is None] if parts["base"] is not None \

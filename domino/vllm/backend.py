@@ -39,9 +39,9 @@ from ..bench.timing import joined_turns, paired_decodes, tokens_per_second, unti
 from ..common import hardware
 from ..data.features import shard_tensors
 from ..decode import DecodeResult, NeuralDraft, NgramDraft, decode
+from ..decoders import LOOKUP
 from ..io import read_json, write_json
 from ..model import Drafter
-from ..runs import LOOKUP
 from ..stats import RESAMPLES, paired_rate_ratio
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 

@@ -2,7 +2,7 @@
 # task plain, with each trained run's drafter and with the rows that decode without training of
 # their own (domino.decoders: benchmark.ngram, benchmark.suffix, benchmark.cost_aware),
 # back to back, so that every speedup and every comparison of two runs rests on decodes of the
-# same moments (domino/bench/run.py).
+# same moments (domino/bench/job.py).
 # results/benchmark/{suite}/{run}.json, baseline included.
 
 

@@ -11,7 +11,8 @@ from domino.host import temporary_folder_problem, vllm_launcher
 from domino.io import folder_digests
 from domino.schema import ConfigError
 from domino.verifier.facts import hub_problem
-from domino.runs import lookup_runs, responses_of, split_replicate, trained_runs, vllm_runs
+from domino.decoders import lookup_runs, vllm_runs
+from domino.checkpoints import responses_of, split_replicate, trained_runs
 from domino.logs import job_error_lines, missing_target_line
 from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config

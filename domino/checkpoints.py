@@ -1,0 +1,29 @@
+"""A checkpoint's names, read by the workflow, the stages and the card: its trained runs (the
+checkpoint and its seed replicates, each a row of the benchmark named by the ``{run}`` of its
+results files) and the answers it trains on. The rows that decode without training of their own,
+and what vLLM serves, are ``domino.decoders``'s; a run directory is ``domino.rundir``'s."""
+
+from __future__ import annotations
+
+import re
+
+REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": replicate r >= 1
+
+
+def responses_of(cfg: dict, checkpoint: str) -> str:
+    """The answers ``checkpoint`` trains on (``data.responses``, or its entry's override)."""
+    return (cfg["checkpoints"][checkpoint].get("data") or {}).get("responses", cfg["data"]["responses"])
+
+
+def trained_runs(checkpoints, replicates: int) -> list[str]:
+    """Every trained run: the checkpoints in config order (replicate 0, the card's rows), then
+    for r = 1 .. replicates - 1 (``train.replicates``) each checkpoint again as ``<checkpoint>-seed<r>``."""
+    names = list(checkpoints)
+    return names + [f"{name}-seed{r}" for r in range(1, replicates) for name in names]
+
+
+def split_replicate(run: str) -> tuple[str, int]:
+    """``(checkpoint, r)`` of a trained run: ``("domino", 2)`` for ``domino-seed2``, ``("domino", 0)``
+    for ``domino``. Checkpoint names never end in ``-seed<r>`` (refused by the config check)."""
+    m = REPLICATE.fullmatch(run)
+    return (m.group(1), int(m.group(2))) if m else (run, 0)
