@@ -1,7 +1,7 @@
 """A run's names, read by the workflow, the stages and the card: the trained runs (each
 checkpoint and its seed replicates), the rows that decode without training of their own
-(``domino.decoders``), what vLLM serves, and the answers a
-checkpoint trains on."""
+(``domino.decoders``), what vLLM serves, the answers a checkpoint trains on and whether its
+training is validated served."""
 
 from __future__ import annotations
 
@@ -15,6 +15,13 @@ REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": rep
 def responses_of(cfg: dict, checkpoint: str) -> str:
     """The answers ``checkpoint`` trains on (``data.responses``, or its entry's override)."""
     return (cfg["checkpoints"][checkpoint].get("data") or {}).get("responses", cfg["data"]["responses"])
+
+
+def served_validated(cfg: dict, checkpoint: str) -> bool:
+    """Whether ``checkpoint`` trains with served validation (``train.served_prompts`` > 0, or its
+    entry's override): its training then reads the verifier in its dtype and the held-out split."""
+    over = cfg["checkpoints"][checkpoint].get("train") or {}
+    return over.get("served_prompts", cfg["train"]["served_prompts"]) > 0
 
 
 def trained_runs(checkpoints, replicates: int) -> list[str]:
