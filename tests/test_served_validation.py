@@ -12,8 +12,14 @@ import domino.train.loop as T
 from conftest import interrupt_at_call, synthetic_features, tiny_drafter, tiny_verifier
 from domino.model import Drafter
 from domino.train.loop import TrainConfig, train
-from domino.train.served import (ServedValidation, evaluated_after, evaluation_interval, held_out_prompts, kept_step,
-                                 stops_early)
+from domino.train.served import (
+    ServedValidation,
+    evaluated_after,
+    evaluation_interval,
+    held_out_prompts,
+    kept_step,
+    stops_early,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
