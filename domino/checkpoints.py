@@ -1,6 +1,6 @@
 """A checkpoint's names, read by the workflow, the stages and the card: its trained runs (the
 checkpoint and its seed replicates, each a row of the benchmark named by the ``{run}`` of its
-results files) and the answers it trains on. The rows that decode without training of their own,
+results files), the answers it trains on and whether its training is validated served. The rows that decode without training of their own,
 and what vLLM serves, are ``domino.decoders``'s; a run directory is ``domino.rundir``'s."""
 
 from __future__ import annotations
@@ -13,6 +13,13 @@ REPLICATE = re.compile(r"(.+)-seed([1-9][0-9]*)")  # "<checkpoint>-seed<r>": rep
 def responses_of(cfg: dict, checkpoint: str) -> str:
     """The answers ``checkpoint`` trains on (``data.responses``, or its entry's override)."""
     return (cfg["checkpoints"][checkpoint].get("data") or {}).get("responses", cfg["data"]["responses"])
+
+
+def served_validated(cfg: dict, checkpoint: str) -> bool:
+    """Whether ``checkpoint`` trains with served validation (``train.served_prompts`` > 0, or its
+    entry's override): its training then reads the verifier in its dtype and the held-out split."""
+    over = cfg["checkpoints"][checkpoint].get("train") or {}
+    return over.get("served_prompts", cfg["train"]["served_prompts"]) > 0
 
 
 def trained_runs(checkpoints, replicates: int) -> list[str]:

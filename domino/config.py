@@ -274,6 +274,10 @@ def _cross_checks(cfg: dict, facts: dict | None) -> None:
     if t["anchors_per_row"] * d["block_size"] > 4 * t["pack_len"]:
         raise ConfigError(f"train.anchors_per_row: {t['anchors_per_row']} anchors x block {d['block_size']} "
                           f"exceed 4 x pack_len {t['pack_len']} (allowed: fewer anchors or longer rows)")
+    if not t["served_prompts"] and (t["keep"] != "last" or t["patience"]):
+        key = "keep: best_served" if t["keep"] != "last" else f"patience: {t['patience']}"
+        raise ConfigError(f"train.{key} reads served validation, which train.served_prompts: 0 leaves off "
+                          "(allowed: train.served_prompts > 0, or keep last and patience 0)")
     if cfg["device"] == "cpu" and t.get("autocast"):
         raise ConfigError("train.autocast: bf16/fp16 autocast needs device cuda (allowed on cpu: null)")
     ng = cfg["benchmark"]["ngram"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .checkpoints import split_replicate
+from .checkpoints import served_validated, split_replicate
 from .decoders import SECTIONS as DECODER_SECTIONS
 from .schema import section_keys
 
@@ -404,9 +404,14 @@ def extract_hidden_states(cfg: StageConfig, verifier: str, vocab: str, data: str
 
 @stage("train", ("device", "verifier.name", "drafter", "train", "checkpoints.{checkpoint}"),
        {"checkpoint": "wildcard", "verifier": "param", "vocab": "input", "features": "input",
-        "checkpoint_dir": "param", "metrics": "output", "summary": "output", "state_dir": "param"})
-def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features: str, checkpoint_dir: str,
-          metrics: str, summary: str, state_dir: str) -> None:
+        "held_out": "input[]", "checkpoint_dir": "param", "metrics": "output", "summary": "output",
+        "state_dir": "param"},
+       # served validation decodes in the verifier's dtype, as the benchmark does
+       reads_when=lambda c: ("verifier.dtype",) if any(served_validated(c, n) for n in c["checkpoints"]) else ())
+def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features: str, held_out: list[str],
+          checkpoint_dir: str, metrics: str, summary: str, state_dir: str) -> None:
+    """``held_out``: the held-out conversations whose prompts served validation decodes
+    (``train.served_prompts`` > 0), else none."""
     import torch
 
     from . import common, model as model_lib, vocab as vocab_lib
@@ -429,11 +434,34 @@ def train(cfg: StageConfig, checkpoint: str, verifier: str, vocab: str, features
                                        seed=cfg["seed"])
     outputs = train_lib.TrainOutputs(checkpoint_dir, metrics, summary, state_dir)
     with common.distributed(common.check_device(cfg["device"])) as device:
+        served = served_validation(cfg, tcfg, verifier, held_out, device) if tcfg.served_prompts else None
         s = train_lib.train(drafter, feats, tcfg, outputs, device, autocast, verifier_head=head,
-                            data=answers_override(cfg, checkpoint))
+                            data=answers_override(cfg, checkpoint), served=served)
     if s.get("rank", 0) == 0:
         logger.info(f"trained {checkpoint}: {s['steps']} steps in {s['seconds']:.1f}s, "
                     f"final loss {s['final_loss']:.4f}")
+
+
+def served_validation(cfg: StageConfig, tcfg: TrainConfig, verifier: str, held_out: list[str], device):
+    """Served validation's verifier, in ``verifier.dtype`` on ``device``, and the prompts of the
+    held-out conversations (``domino.train.served.held_out_prompts``); none among them is refused."""
+    from .data import corpora as data_lib
+    from .train import served as served_lib
+    from .verifier import load as verifier_lib
+
+    if len(held_out) != 1:
+        raise ValueError(f"train.served_prompts: {tcfg.served_prompts} needs the held-out conversations file, "
+                         f"given {len(held_out)}")
+    model = verifier_lib.load_verifier(verifier, cfg["verifier.dtype"], device)
+    prompts = served_lib.held_out_prompts(data_lib.read_jsonl(held_out[0]), tcfg.served_prompts,
+                                          tcfg.served_max_new_tokens, model.config.max_position_embeddings)
+    if not prompts:
+        raise data_lib.DataError(f"{held_out[0]}: no held-out conversation has an answer whose prompt leaves room "
+                                 f"for train.served_max_new_tokens {tcfg.served_max_new_tokens}")
+    if len(prompts) < tcfg.served_prompts:
+        logger.info(f"served validation: {len(prompts)} held-out prompts of the {tcfg.served_prompts} asked for")
+    stops = verifier_lib.eos_ids(verifier_lib.load_tokenizer(verifier), model.config)
+    return served_lib.ServedValidation(model, prompts, tcfg.served_max_new_tokens, tuple(stops))
 
 
 @stage("validate", ("device", "train", "checkpoints.{checkpoint}"),

@@ -190,6 +190,12 @@ BAD = [
      "data.mix"),
     ("mix-part-without-samples", lambda c, t: _set(c, "data.mix", [{"corpus": "sharegpt-wheel"}]),
      "data.mix.0.samples"),
+    # keeping by served acceptance, or stopping on it, needs served validation
+    ("keep-best-served-without-served-validation", lambda c, t: _set(c, "train.keep", "best_served"), "train.keep"),
+    ("patience-without-served-validation", lambda c, t: _set(c, "train.patience", 2), "train.patience"),
+    ("variant-keep-best-served-without-served-validation",
+     lambda c, t: _set(c, "checkpoints.domino.train", {"keep": "best_served"}), "checkpoints.domino.train.keep"),
+    ("served-every-zero", lambda c, t: _set(c, "train.served_every", 0), "train.served_every"),
     # the optional vLLM environment
     ("vllm-benchmark-without-python", lambda c, t: _set(c, "vllm.benchmark", True), "vllm.python"),
     ("vllm-extract-without-python", lambda c, t: _set(c, "features.backend", "vllm"), "vllm.python"),

@@ -426,3 +426,35 @@ def test_the_card_sets_each_data_size_beside_the_rows(tmp_path, results):
     assert lines[0].split(" | ")[-2:] == lines[2].split(" | ")[-2:] and "+0.0%" not in lines[0]
     assert "120 training conversations" in " ".join(section.split())
     assert f"]({DATA_SIZE_PLOT['data_size']})" in section
+
+
+def test_the_appendix_draws_the_served_validation_curve_with_the_step_kept(tmp_path, results):
+    """A checkpoint trained with served validation: the appendix's Training section tabulates its
+    evaluations and the step kept, and the served curve's plot is drawn and declared among the
+    report's plots; without one, neither."""
+    from domino.card.paths import PLOTS, SERVED_PLOT, report_plots
+
+    cfg = load("config.yaml")
+    cfg["checkpoints"]["domino"]["train"] = {"served_prompts": 4, "keep": "best_served"}
+    assert report_plots(cfg["checkpoints"], served=True) == {**PLOTS, **SERVED_PLOT}
+    record_training(results, cfg)
+    metrics = [json.loads(x) for x in (results / "train" / "domino" / "metrics.jsonl").read_text().splitlines()]
+    curve = [{"step": m["step"], "epochs": (m["step"] + 1) / len(metrics), "mean_loss": m["loss"],
+              "acceptance_length": al, "steps": 40, "accepted": round(40 * (al - 1)), "tokens": 80}
+             for m, al in zip(metrics[1::2], (1.25, 1.5, 1.375))]
+    summary = json.loads((results / "train" / "domino" / "summary.json").read_text())
+    io.write_json(results / "train" / "domino" / "summary.json", {**summary, "served_validation": {
+        "prompts": 4, "max_new_tokens": 16, "every_steps": 2, "keep": "best_served", "patience": 0,
+        "kept_step": curve[1]["step"], "stopped_early": False, "seconds": 1.0, "curve": curve}})
+    paths = report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
+    assert tmp_path / "reports" / SERVED_PLOT["served"] in paths
+    appendix = (tmp_path / "reports" / "model_card_appendix.md").read_text()
+    section = appendix.split("### Served validation")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| Domino |"))
+    assert f"step {curve[1]['step']}, " in row and "(best_served)" in row
+    assert "| 1.500 |" in row and f"| 1.375 (step {curve[2]['step']}) |" in row
+    assert f"]({SERVED_PLOT['served']})" in section
+    plain = tmp_path / "plain"
+    report.build_report(load("config.yaml"), FIXTURE, plain / "reports", repo=tmp_path)
+    assert "### Served validation" not in (plain / "reports" / "model_card_appendix.md").read_text()
+    assert not (plain / "reports" / SERVED_PLOT["served"]).exists()

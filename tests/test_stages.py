@@ -128,7 +128,7 @@ def test_a_bad_config_argument_is_refused_in_one_line(tmp_path):
     (tmp_path / "config.txt").write_text("seed: 0\n")  # YAML, not JSON, under another suffix
     for config, line in ((f"@{tmp_path / 'config.txt'}", "not JSON (Expecting value: line 1 column 1 (char 0))"),
                          (f"@{tmp_path / 'none.json'}", "cannot be read (No such file or directory)"),
-                         ("@tests/micro.yaml", "checkpoints: required key is missing")):
+                         ("@tests/micro.yaml", "seed: required key is missing")):
         out = run(config)
         assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert out.stderr.startswith(f"--config {config}: ") and line in out.stderr, out.stderr

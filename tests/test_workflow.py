@@ -96,6 +96,18 @@ def test_micro_run_outputs(micro_run):
     # the same budget for the three checkpoints
     steps = {json.loads((r / "train" / ck / "summary.json").read_text())["steps"] for ck in CHECKPOINTS}
     assert len(steps) == 1
+    # micro.yaml validates Domino served during training: its curve, the step kept, the appendix's plot
+    sv = json.loads((r / "train" / "domino" / "summary.json").read_text())["served_validation"]
+    assert sv["prompts"] == 3 and sv["keep"] == "best_served" and len(sv["curve"]) >= 2
+    assert sv["curve"][-1]["step"] == steps.pop() - 1 and all(e["steps"] > 0 for e in sv["curve"])
+    best = max(e["acceptance_length"] for e in sv["curve"])
+    assert next(e for e in sv["curve"] if e["step"] == sv["kept_step"])["acceptance_length"] == best
+    metrics = [json.loads(x) for x in (r / "train" / "domino" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "served_acceptance" in m] == [e["step"] for e in sv["curve"]]
+    assert "served_validation" not in json.loads((r / "train" / "dflash-shift" / "summary.json").read_text())
+    assert "![Training loss and served acceptance length against steps](served_acceptance_curve.png)" in \
+        (micro_run / "reports" / "model_card_appendix.md").read_text()
+    assert (micro_run / "reports" / "served_acceptance_curve.png").exists()
 
 
 def test_every_stage_reads_exactly_the_keys_it_declares(micro_run):

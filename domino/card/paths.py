@@ -19,6 +19,8 @@ PLOTS = {
 
 # drawn only when the run has data-size points (``data_size_points``)
 DATA_SIZE_PLOT = {"data_size": "data_size.png"}
+# drawn only when a checkpoint trains with served validation (``domino.checkpoints.served_validated``)
+SERVED_PLOT = {"served": "served_acceptance_curve.png"}
 KIND_KEYS = ("projector", "shift_label", "weighting")  # what makes a checkpoint a card row's kind (checkpoints.<name>)
 
 
@@ -37,10 +39,11 @@ def data_size_points(checkpoints: dict, rows=("dflash-shift", "dflash-noshift", 
     return out
 
 
-def report_plots(checkpoints: dict) -> dict[str, str]:
-    """The plots a run's report draws (key -> file name): ``PLOTS``, and ``DATA_SIZE_PLOT`` when
-    the run has data-size points."""
-    return {**PLOTS, **(DATA_SIZE_PLOT if data_size_points(checkpoints) else {})}
+def report_plots(checkpoints: dict, served: bool = False) -> dict[str, str]:
+    """The plots a run's report draws (key -> file name): ``PLOTS``, ``DATA_SIZE_PLOT`` when the
+    run has data-size points, and ``SERVED_PLOT`` when ``served``: a checkpoint trains with served
+    validation."""
+    return {**PLOTS, **(DATA_SIZE_PLOT if data_size_points(checkpoints) else {}), **(SERVED_PLOT if served else {})}
 
 
 def template_files(folder: Path = TEMPLATES) -> list[Path]:

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 
 from ..acceptance import position_counts
 from ..io import atomic_path
-from .paths import DATA_SIZE_PLOT, PLOTS
+from .paths import DATA_SIZE_PLOT, PLOTS, SERVED_PLOT
 
 MIN_STEPS = 100  # below this many steps a conditional ratio's 95% interval is wider than about +-10 pp
 FEW_STEPS_LABEL = f"hollow: fewer than {MIN_STEPS} steps"
@@ -266,12 +266,51 @@ def data_size_plot(section: dict) -> Figure:
     return fig
 
 
-def write_plots(res: dict, rows: list[dict], out_dir: Path, data_size: dict | None = None) -> list[Path]:
-    """Draw the plots into ``out_dir`` (names in ``PLOTS``, and ``DATA_SIZE_PLOT`` with a
-    Training-data size section ``data_size``); ``rows``: the card's checkpoint rows."""
+def served_plot(res: dict, rows: list[dict]) -> Figure:
+    """One panel per checkpoint trained with served validation (``rows``: the card's section,
+    ``render._served_section``): the training loss per step (faint) and its mean between
+    evaluations on the left axis, served acceptance length at each evaluation on the right, the
+    step kept marked by a vertical line, and the kept checkpoint's teacher-forced acceptance
+    length on the held-out features (the validate stage, measured only there) as a star."""
+    width = 5.0 * len(rows)
+    fig = Figure(figsize=(width, 5.0))
+    axes = fig.subplots(1, len(rows), squeeze=False)[0]
+    for ax, r in zip(axes, rows):
+        metrics, curve = res["metrics"][r["name"]], r["curve"]
+        ax.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], color="0.75", linewidth=0.8,
+                label="loss per step")
+        ax.plot([e["step"] for e in curve], [e["mean_loss"] for e in curve], "-", color="0.3", linewidth=1.5,
+                label="loss, mean since the last evaluation")
+        ax.set_xlabel("Training step")
+        ax.set_ylabel("Cross-entropy loss")
+        al = ax.twinx()
+        al.plot([e["step"] for e in curve], [e["acceptance_length"] for e in curve], "-o", color="C0", markersize=4,
+                label="served acceptance length (right axis)")
+        if r["teacher_forced"] is not None:
+            al.plot([r["kept_step"]], [r["teacher_forced"]], "*", color="C1", markersize=11,
+                    label="teacher-forced, the kept checkpoint (right axis)")
+        al.axvline(r["kept_step"], linestyle="--", color="C3", linewidth=1, label=f"kept: step {r['kept_step']}")
+        al.set_ylabel("Acceptance length")
+        ax.set_title(r["label"])
+        ax.grid(alpha=0.3)
+        handles = ax.get_legend_handles_labels()[0] + al.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    text = "Training loss and served acceptance length on held-out prompts against steps; the step kept marked"
+    fig.suptitle("\n".join(textwrap.wrap(text, int(TITLE_CHARS_PER_INCH * width))), fontsize=10)
+    fig.subplots_adjust(bottom=0.3, top=0.84, wspace=0.45)
+    return fig
+
+
+def write_plots(res: dict, rows: list[dict], out_dir: Path, data_size: dict | None = None,
+                served: list[dict] | None = None) -> list[Path]:
+    """Draw the plots into ``out_dir`` (names in ``PLOTS``, ``DATA_SIZE_PLOT`` with a
+    Training-data size section ``data_size``, and ``SERVED_PLOT`` with a served validation section
+    ``served``); ``rows``: the card's checkpoint rows."""
     draw = {"acceptance": acceptance_plot, "conditional": conditional_plot, "loss": loss_plot,
             "teacher_forced": teacher_forced_plot}
     written = [_save(draw[key](res, rows), Path(out_dir) / name) for key, name in PLOTS.items()]
     if data_size is not None:
         written.append(_save(data_size_plot(data_size), Path(out_dir) / DATA_SIZE_PLOT["data_size"]))
+    if served:
+        written.append(_save(served_plot(res, served), Path(out_dir) / SERVED_PLOT["served"]))
     return written

@@ -21,7 +21,7 @@ from ..io import write_text
 from .claims import claim_rows, claims_scope, differences_clause, withheld
 from .filters import environment
 from .html import write_html
-from .paths import DATA_SIZE_PLOT, PLOTS, TEMPLATES, CardPaths, html_path
+from .paths import DATA_SIZE_PLOT, PLOTS, SERVED_PLOT, TEMPLATES, CardPaths, html_path
 from .plots import MIN_STEPS, steps_behind_conditional, write_plots
 from .published import (
     CHECKPOINTS,
@@ -336,6 +336,28 @@ def training_conversations(res: dict) -> int:
     run trains on the verifier's answers, else the prepared one's."""
     regenerated = res.get("regenerate") or {}
     return regenerated["train"]["conversations"] if "train" in regenerated else res["data"]["train"]
+
+
+def _served_section(res: dict, labels: dict, names: list[str]) -> list[dict]:
+    """Per checkpoint of ``names`` that trained with served validation (its summary's
+    ``served_validation``), in that order: its curve, the step kept and the served acceptance
+    length there and at the last evaluation, and its teacher-forced acceptance length on the
+    held-out features (the validate stage's, of the kept checkpoint)."""
+    out = []
+    for name in names:
+        sv = res["train_summary"][name].get("served_validation")
+        if not sv:
+            continue
+        kept = next(e for e in sv["curve"] if e["step"] == sv["kept_step"])
+        tf = ((res["validate"].get(name) or {}).get("acceptance_length") or {}).get("final")
+        out.append({"name": name, "label": labels.get(name, name), "curve": sv["curve"], "keep": sv["keep"],
+                    "kept_step": sv["kept_step"], "kept_epochs": kept["epochs"], "kept_al": kept["acceptance_length"],
+                    "last_step": sv["curve"][-1]["step"], "last_al": sv["curve"][-1]["acceptance_length"],
+                    "best_al": max(e["acceptance_length"] for e in sv["curve"]), "evaluations": len(sv["curve"]),
+                    "stopped_early": sv["stopped_early"], "prompts": sv["prompts"],
+                    "max_new_tokens": sv["max_new_tokens"], "every_steps": sv["every_steps"],
+                    "teacher_forced": tf, "plot": SERVED_PLOT["served"]})
+    return out
 
 
 def _data_size_section(res: dict, by_name: dict, points: dict, lookups: list[dict]) -> dict | None:
@@ -658,13 +680,14 @@ def render_card(res: dict, out: CardPaths | str | Path, card_info: dict, provena
     by_name = {r["name"]: r for r in ctx["all_rows"]}
     ctx["answers"] = _answers_section(res, by_name, answers or {})
     ctx["data_size"] = _data_size_section(res, by_name, data_size or {}, ctx["lookup_rows"])
+    ctx["served"] = _served_section(res, {n: r["label"] for n, r in by_name.items()}, list(by_name))
     ctx.update(card=Path(out.card).name, appendix=out.appendix.name, reproduction=Path(out.reproduction).name)
     env = environment(TEMPLATES)
     card = _front_matter(ctx) + env.get_template("model_card.md.j2").render(**ctx)
     check_front_matter(card)
     appendix = env.get_template("model_card_appendix.md.j2").render(**ctx)
     repro = env.get_template("reproduction.md.j2").render(seed=_reproduction_rows(ctx), **ctx)
-    written = write_plots(res, ctx["rows"], Path(out.card).parent, ctx["data_size"])
+    written = write_plots(res, ctx["rows"], Path(out.card).parent, ctx["data_size"], ctx["served"])
     pages = []
     for path, text in zip(out.markdown, (card, appendix, repro)):
         write_text(path, text)

@@ -54,6 +54,7 @@ from .batches import (
     valid_anchor_mask,
 )
 from .optim import Optimizers, build_optimizers
+from .served import ServedValidation, evaluated_after, evaluation_interval, kept_step, mean_loss, stops_early
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,11 @@ class TrainConfig:
     muon_adjust_lr_fn: str  # torch.optim.Muon's adjust_lr_fn
     grad_clip: float
     checkpoint_every: int
+    served_prompts: int  # served validation's held-out prompts; 0: off (domino.train.served)
+    served_max_new_tokens: int  # the tokens each is decoded to
+    served_every: float  # epochs between evaluations
+    keep: str  # "last" | "best_served": the checkpoint written (domino.train.served.kept_step)
+    patience: int  # evaluations without a new best before training stops; 0: never
     seed: int
     weighting: str  # "classic" (DFlash, w_0 = 0) | "shifted" (Domino, w_0 = 1)
 
@@ -282,9 +288,22 @@ class _Run:
     inputs: str
     verifier_head: VerifierHead | None = None
     data: dict | None = None  # what the features were made from, for the summary
+    served: ServedValidation | None = None  # served validation (train.served_prompts > 0)
     step: int = 0
     metrics: list = field(default_factory=list)
     seconds: float = 0.0
+    curve: list = field(default_factory=list)  # served validation's evaluations, in step order
+    best: dict | None = None  # train.keep best_served: the weights of the kept evaluation so far
+
+    @property
+    def interval(self) -> int:
+        """Steps between served evaluations."""
+        return evaluation_interval(self.cfg.served_every, self.total // self.cfg.epochs)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether served validation's patience has run out (``domino.train.served.stops_early``)."""
+        return self.served is not None and stops_early(self.curve, self.cfg.patience)
 
 
 @dataclass(frozen=True)
@@ -305,7 +324,7 @@ class TrainOutputs:
 
 def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path, device="cpu",
           autocast_dtype=None, max_steps: int | None = None, verifier_head: VerifierHead | None = None,
-          data: dict | None = None) -> dict:
+          data: dict | None = None, served: ServedValidation | None = None) -> dict:
     """Train ``drafter`` in place; write the checkpoint, the metrics and the summary to ``out``
     (a ``TrainOutputs``, or a folder holding the workflow's layout).
 
@@ -317,6 +336,13 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
     ``verifier_head`` and features with the last hidden state. ``data``: what the features were
     made from, where the summary should say so, recorded as its ``data`` (the workflow: a
     checkpoint that overrides ``data.responses``, ``{"responses": ...}``).
+
+    ``served`` (needed when ``cfg.served_prompts > 0``): served validation after every
+    ``served_every`` epochs and the last step (``domino.train.served``); each evaluation is added to
+    its step's metrics row (``served_acceptance``) and to the summary's ``served_validation``;
+    ``keep: best_served`` writes the best evaluation's weights, and ``patience`` may end training
+    early. The evaluations and the kept weights are part of the state, so a resumed run keeps what
+    an uninterrupted one keeps.
     """
     out = out if isinstance(out, TrainOutputs) else TrainOutputs.under(out)
     if cfg.loss == "kl_div" and "last" not in feats:
@@ -324,8 +350,11 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
                          "features.last_hidden_state true and rerun extract_hidden_states")
     if cfg.loss == "kl_div" and verifier_head is None:
         raise ValueError("train.loss kl_div needs the verifier's head (train.VerifierHead)")
+    if (cfg.served_prompts > 0) != (served is not None) or (served is None and (cfg.keep != "last" or cfg.patience)):
+        raise ValueError("train.served_prompts > 0, and with it train.keep best_served and train.patience, needs "
+                         "served validation's prompts and verifier (domino.train.served.ServedValidation)")
     run = _start_run(drafter, feats, cfg, Path(out.state_dir) / "state.pt", device, autocast_dtype)
-    run.data = data
+    run.data, run.served = data, served
     run.verifier_head = None if verifier_head is None else verifier_head.to(run.device)
     _resume(run)
     if run.rank == 0:  # rank 0 speaks for the run
@@ -334,7 +363,7 @@ def train(drafter, feats: dict, cfg: TrainConfig, out: TrainOutputs | str | Path
                     cfg.aux_noise.kind, cfg.aux_noise.scale, drafter.cfg.projector, drafter.cfg.shift_label)
     stop_at = run.total if max_steps is None else min(run.total, max_steps)
     _run_steps(run, stop_at, f"train {Path(out.checkpoint).parent.name}")
-    if run.step < run.total:
+    if run.step < run.total and not run.stopped:
         _save_state(run)
         return {"steps": run.step, "complete": False}
     return _finish(run, out)
@@ -405,6 +434,7 @@ def _resume(run: _Run) -> None:
     run.drafter.load_state_dict(st["model"])
     run.opt.load_state_dict(st["optimizer"])
     run.step, run.metrics, run.seconds = st["step"], st["metrics"], st["seconds"]
+    run.curve, run.best = st.get("served_curve", []), st.get("best_weights")
     if run.rank == 0:
         logger.info("resuming at step %d of %d from %s", run.step, run.total, path)
 
@@ -416,7 +446,7 @@ def _save_state(run: _Run) -> None:
         return
     st = {"model": run.drafter.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
           "metrics": run.metrics, "seconds": run.seconds, "config": asdict(run.cfg), "total_steps": run.total,
-          "inputs": run.inputs}
+          "inputs": run.inputs, "served_curve": run.curve, "best_weights": run.best}
     save_torch(st, run.state_path)  # a full disk is named, with the file
 
 
@@ -425,11 +455,13 @@ def _run_steps(run: _Run, stop_at: int, desc: str) -> None:
     bar = tqdm(total=run.total, initial=run.step, desc=desc, mininterval=5, disable=run.rank != 0)
     try:
         with _Interrupt() as interrupt:
-            while run.step < stop_at:
+            while run.step < stop_at and not run.stopped:
                 row = _train_step(run)
                 bar.update(1)
                 if run.step % 25 == 0:
                     bar.set_postfix(loss=f"{row['loss']:.3f}", lam=f"{row['lambda']:.2f}")
+                if run.served is not None and evaluated_after(row["step"], run.interval, run.total):
+                    _evaluate(run)
                 if run.step % run.cfg.checkpoint_every == 0 or interrupt.hit:
                     _save_state(run)
                 if interrupt.hit:
@@ -470,16 +502,45 @@ def _train_step(run: _Run) -> dict:
     return row
 
 
+def _evaluate(run: _Run) -> None:
+    """Served validation of the weights after the step just taken: its evaluation appended to the
+    curve and to the step's metrics row; under ``keep: best_served`` a new best's weights kept."""
+    t0 = time.perf_counter()
+    r = run.served.acceptance(run.drafter)
+    step = run.step - 1
+    since = run.curve[-1]["step"] if run.curve else -1
+    run.curve.append({"step": step, "epochs": run.step * run.cfg.epochs / run.total,
+                      "mean_loss": mean_loss(run.metrics, since), **r, "seconds": time.perf_counter() - t0})
+    run.metrics[-1]["served_acceptance"] = r["acceptance_length"]
+    if run.cfg.keep == "best_served" and kept_step(run.curve, "best_served") == step:
+        run.best = {k: v.detach().cpu().clone() for k, v in run.drafter.state_dict().items()}
+    if run.rank == 0:
+        logger.info("step %d (epoch %.2f): served acceptance length %.3f over %d steps of %d prompts",
+                    step, run.curve[-1]["epochs"], r["acceptance_length"], r["steps"], len(run.served.prompts))
+
+
+def _served_summary(run: _Run) -> dict:
+    """The summary's ``served_validation``: the settings, the curve and the step kept."""
+    return {"prompts": len(run.served.prompts), "max_new_tokens": run.served.max_new_tokens,
+            "every_steps": run.interval, "keep": run.cfg.keep, "patience": run.cfg.patience,
+            "kept_step": kept_step(run.curve, run.cfg.keep), "stopped_early": run.step < run.total,
+            "seconds": sum(e["seconds"] for e in run.curve), "curve": run.curve}
+
+
 def _finish(run: _Run, out: TrainOutputs) -> dict:
-    """Write the checkpoint, metrics and summary (rank 0) and remove the state file."""
+    """Write the checkpoint (the kept evaluation's weights under ``keep: best_served``), metrics and
+    summary (rank 0) and remove the state file."""
     run.drafter.eval()
     if run.rank != 0:
-        return {"steps": run.total, "complete": True, "rank": run.rank}
+        return {"steps": run.step, "complete": True, "rank": run.rank}
+    if run.cfg.keep == "best_served":
+        run.drafter.load_state_dict(run.best)
     run.drafter.cpu().save(out.checkpoint)
     write_jsonl(out.metrics, run.metrics, sort_keys=True)
-    summary = {"steps": run.total, "epochs": run.cfg.epochs, "rows": len(run.rows), "seconds": run.seconds,
+    summary = {"steps": run.step, "epochs": run.cfg.epochs, "rows": len(run.rows), "seconds": run.seconds,
                "config": asdict(run.cfg), "final_loss": run.metrics[-1]["loss"], "complete": True,
-               **({"data": run.data} if run.data else {})}
+               **({"data": run.data} if run.data else {}),
+               **({"served_validation": _served_summary(run)} if run.served is not None else {})}
     write_json(out.summary, summary)
     if run.state_path.exists():
         run.state_path.unlink()

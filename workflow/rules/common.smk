@@ -12,7 +12,7 @@ from domino.io import folder_digests
 from domino.schema import ConfigError
 from domino.verifier.facts import hub_problem
 from domino.decoders import lookup_runs, vllm_runs
-from domino.checkpoints import responses_of, split_replicate, trained_runs
+from domino.checkpoints import responses_of, served_validated, split_replicate, trained_runs
 from domino.logs import job_error_lines, missing_target_line
 from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
@@ -63,6 +63,13 @@ def responses_dir(checkpoint):
 def features_of(split):
     """The features of ``split`` that the job's checkpoint trains or is validated on."""
     return lambda wc: f"results/extract_hidden_states/{responses_dir(wc.checkpoint)}{split}/index.json"
+
+
+def held_out_of(wc):
+    """The held-out conversations whose prompts the job's checkpoint is validated on, served
+    (train.served_prompts > 0): the split's answers it trains on; else none."""
+    name = split_replicate(wc.checkpoint)[0]
+    return [CONVERSATIONS[responses_of(config, name)].format(split="val")] if served_validated(config, name) else []
 
 
 def vocab_of(wc):

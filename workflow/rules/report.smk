@@ -27,7 +27,8 @@ rule report:
            for name in ("model_card.md", "model_card_appendix.md", "reproduction.md")},
         # the plots; declared so that Snakemake's HTML report shows them
         **{key: update(report(f"reports/{name}", caption=f"../report/{Path(name).stem}.rst", category="Plots"))
-           for key, name in report_plots(config["checkpoints"]).items()},
+           for key, name in report_plots(config["checkpoints"],
+                                         served=any(served_validated(config, c) for c in CHECKPOINTS)).items()},
     params:
         **stage_params("report"),
         # the card's Jinja2 templates (domino/card/templates) by their digest: editing one reruns the

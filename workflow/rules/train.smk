@@ -3,6 +3,7 @@ rule train:
         verifier=VERIFIER_INPUT,
         vocab=vocab_of,
         features=features_of("train"),
+        held_out=held_out_of,  # served validation's prompts (train.served_prompts), else none
     output:
         weights="results/train/{checkpoint}/checkpoint/model.safetensors",
         drafter_config="results/train/{checkpoint}/checkpoint/drafter_config.json",
