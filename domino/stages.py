@@ -540,7 +540,8 @@ def _served(cfg: StageConfig) -> dict:
 
 
 # The card prints the run's whole configuration and its hash: the report reads every top-level
-# key, and the replicate count by name (the card's replicates section).
+# key but the sections that say where jobs run (domino.host.PLACEMENT_SECTIONS), and the
+# replicate count by name (the card's replicates section).
 _WHOLE_CONFIG = ("device", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark", "vllm",
                  "report")
 

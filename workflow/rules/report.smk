@@ -35,6 +35,8 @@ rule report:
         templates=template_digest(),
         results=results_dir,
         stage_benchmarks="benchmarks",
+    resources:
+        **SLURM,
     log:
         "logs/report.log",
     shell:
