@@ -37,7 +37,7 @@ class Need:
 
 
 def gib(n_bytes: float) -> str:
-    """Bytes as GiB, two significant decimals: ``12.3 GiB``; under 0.1 GiB in MiB."""
+    """Bytes as GiB to one decimal, ``12.3 GiB``; under 0.1 GiB in whole MiB."""
     return f"{n_bytes / GIB:.1f} GiB" if n_bytes >= 0.1 * GIB else f"{n_bytes / 2**20:.0f} MiB"
 
 
