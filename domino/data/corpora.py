@@ -336,5 +336,5 @@ def write_prepared(split: tuple[list[dict], list[dict]], train_path, val_path, s
                "tokens": sum(len(r["input_ids"]) for r in train + val),
                "assistant_tokens": sum(sum(r["loss_mask"]) for r in train + val), "seq_len": seq_len,
                "data_sha256": digest, "python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"]}
-    io.write_json(summary_path, summary)
+    io.write_json(summary_path, summary, seal=True)  # the card reads it only with its seal
     return summary

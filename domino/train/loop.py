@@ -479,7 +479,7 @@ def _finish(run: _Run, out: TrainOutputs) -> dict:
     summary = {"steps": run.total, "epochs": run.cfg.epochs, "rows": len(run.rows), "seconds": run.seconds,
                "config": asdict(run.cfg), "final_loss": run.metrics[-1]["loss"], "complete": True,
                **({"data": run.data} if run.data else {})}
-    write_json(out.summary, summary)
+    write_json(out.summary, summary, seal=True)  # the card reads it only with its seal
     if run.state_path.exists():
         run.state_path.unlink()
     return summary
