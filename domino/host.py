@@ -1,7 +1,7 @@
 """What this machine is, read without torch (the workflow reads it when it plans a run): the CPU's
 matrix units, and the verifier dtype they make fast (``verifier.dtype: auto``); the free space of
 the temporary folder a run starts with; the interpreter the vLLM jobs run under (``vllm.python``)
-and the shell words that start it."""
+and the shell words that start it; where a SLURM job is submitted (``slurm``)."""
 
 from __future__ import annotations
 
@@ -110,3 +110,19 @@ def vllm_launcher(python: str, checkout: str | Path) -> str:
 
     return (f"PYTHONPATH={shlex.quote(str(checkout))}${{PYTHONPATH:+:$PYTHONPATH}} "
             f"{shlex.quote(interpreter_path(python, checkout))} -m domino")
+
+
+# Config sections that say where a job runs, never what it computes: no stage reads them, the card
+# does not print them, and a run directory takes a change to them at any time.
+PLACEMENT_SECTIONS = ("slurm",)
+
+
+def slurm_resources(slurm: dict, gpu: bool = False) -> dict[str, str]:
+    """The resources that say where a SLURM job is submitted, from the config's ``slurm`` section:
+    ``slurm_account`` (``sbatch -A``) and ``slurm_partition`` (``sbatch -p``), a GPU job's partition
+    being ``gpu_partition`` where it is set. A key left null is left out, so the profile's
+    ``default-resources`` apply, else the executor plugin's own guess. The values are the schema's
+    names (letters, digits and ``_ . -``), and the plugin quotes each one for the shell."""
+    partition = (slurm.get("gpu_partition") if gpu else None) or slurm.get("partition")
+    chosen = {"slurm_account": slurm.get("account"), "slurm_partition": partition}
+    return {key: value for key, value in chosen.items() if value}

@@ -42,7 +42,6 @@ the model reads top to bottom in one place.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -612,15 +611,15 @@ class Drafter(nn.Module):
     # --- saving and loading ----------------------------------------------------------------
 
     def save(self, directory: str | Path) -> None:
-        """Write ``drafter_config.json`` and ``model.safetensors`` (frozen copies included)."""
-        from .io import atomic_path, save_safetensors
+        """Write ``drafter_config.json``, sealed (the card reads it only with its seal), and
+        ``model.safetensors`` (frozen copies included)."""
+        from .io import save_safetensors, write_json
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         save_safetensors(state, directory / "model.safetensors")  # with the sha256 that load checks
-        with atomic_path(directory / "drafter_config.json") as tmp:
-            tmp.write_text(json.dumps(asdict(self.cfg), indent=2, sort_keys=True) + "\n")
+        write_json(directory / "drafter_config.json", asdict(self.cfg), seal=True)
 
     @classmethod
     def load(cls, directory: str | Path, attn_implementation: str | None = None) -> "Drafter":

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from .config import load_config
+from .host import PLACEMENT_SECTIONS
 from .io import DamagedFile, read_json, write_text
 from .schema import ConfigError
 
@@ -40,13 +41,14 @@ def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
     (``ADDITIVE``): a new entry of ``checkpoints:`` trains a new variant, a higher
     ``train.replicates`` new replicates, a new temperature a new sampling job, a new suite a new
     benchmark job (and sampling jobs), the vLLM section
-    on a run without vLLM results the vLLM benchmark jobs. The benchmark,
+    on a run without vLLM results the vLLM benchmark jobs; the ``PLACEMENT_SECTIONS`` (``slurm``)
+    say only where jobs run, so they change nothing here. The benchmark,
     which decodes every trained run side by side, and the report then run again, as they do for
     any new job."""
     changes = []
     for key in sorted(set(before) | set(after)):
         where = f"{path}{key}"
-        if where == "vllm" and _cross_check_added(before, after):
+        if where in PLACEMENT_SECTIONS or (where == "vllm" and _cross_check_added(before, after)):
             continue
         if key not in after:
             changes.append(f"{where}: removed")

@@ -333,7 +333,7 @@ def regenerate(cfg: StageConfig, split: str, verifier: str, data: str, out: str,
           f"sampled at temperature {rc.temperature:g}, top_p {rc.top_p:g}, seed {rc.seed}",
           "max_new_tokens": rc.max_new_tokens, "verifier_dtype": cfg["verifier.dtype"], "turns": "first",
           "backend": backend, "hardware": common.hardware(), "kept_answers": cfg["data.kept_answers"]}
-    io.write_json(summary, s)
+    io.write_json(summary, s, seal=True)  # the card reads it only with its seal
     logger.info(f"{s['conversations']} {split} answers regenerated ({s['decoding']}): {s['answer_tokens']} answer "
                 f"tokens, {s['cut']} cut at {rc.max_new_tokens}; {s['generated_tokens']} tokens in "
                 f"{s['seconds']:.0f} s")
@@ -474,7 +474,7 @@ def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: s
     tcfg, autocast = train_config(cfg, checkpoint)
     res = train_lib.validate(model_lib.Drafter.load(checkpoint_dir), features_lib.load_features(features), tcfg,
                              common.check_device(cfg["device"]), autocast)
-    io_lib.write_json(out, {**res, "checkpoint": checkpoint})
+    io_lib.write_json(out, {**res, "checkpoint": checkpoint}, seal=True)  # the card reads it only with its seal
     acc = [f"{s['final_acc']:.3f}" for s in res["per_slot"]]
     logger.info(f"{checkpoint}: final accuracy per slot {acc}, overall {res['overall']['final_acc']:.3f}")
 
@@ -585,7 +585,8 @@ def _served(cfg: StageConfig) -> dict:
 
 
 # The card prints the run's whole configuration and its hash: the report reads every top-level
-# key, and the replicate count by name (the card's replicates section).
+# key but the sections that say where jobs run (domino.host.PLACEMENT_SECTIONS), and the
+# replicate count by name (the card's replicates section).
 _WHOLE_CONFIG = ("device", "verifier", "data", "drafter", "checkpoints", "features", "train", "benchmark", "vllm",
                  "report")
 

@@ -254,11 +254,11 @@ def record_training(results_dir, cfg: dict) -> None:
     for name in cfg["checkpoints"]:
         train = Path(results_dir) / "train" / name
         summary = json.loads((train / "summary.json").read_text())
-        io.write_json(train / "summary.json", {**summary, **recorded["train_summary"][name]})
+        io.write_json(train / "summary.json", {**summary, **recorded["train_summary"][name]}, seal=True)
         drafter = json.loads((train / "checkpoint" / "drafter_config.json").read_text())
         mask = drafter["mask_token_id"]  # resolved against the tokenizer when trained: keep the file's
         io.write_json(train / "checkpoint" / "drafter_config.json",
-                      {**drafter, **recorded["drafter_config"][name], "mask_token_id": mask})
+                      {**drafter, **recorded["drafter_config"][name], "mask_token_id": mask}, seal=True)
 
 
 # -----------------------------------------------------------------------------

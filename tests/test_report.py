@@ -23,7 +23,7 @@ def results(tmp_path):
     dst = tmp_path / "results"
     shutil.copytree(FIXTURE, dst)
     io.write_json(dst / "prepare_data" / "summary.json",
-                  {"corpus": "python-stdlib", "samples": 500, "seq_len": 512, "data_sha256": "ab" * 32})
+                  {"corpus": "python-stdlib", "samples": 500, "seq_len": 512, "data_sha256": "ab" * 32}, seal=True)
     return dst
 
 
@@ -149,13 +149,13 @@ def test_each_row_prints_what_its_training_recorded(tmp_path, results):
     record_training(results, cfg)
     summary = results / "train" / "domino" / "summary.json"
     recorded = io.read_json(summary)
-    io.write_json(summary, {**recorded, "config": {**recorded["config"], "lr": 1.0e-3}})
+    io.write_json(summary, {**recorded, "config": {**recorded["config"], "lr": 1.0e-3}}, seal=True)
     report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
     card = (tmp_path / "reports" / "model_card.md").read_text()
     sci = render.environment(render.TEMPLATES).filters["sci"]
     assert f"| LR | {sci(cfg['train']['lr'])} (Domino: 1e-3), linear schedule" in card
     del recorded["config"]
-    io.write_json(summary, recorded)
+    io.write_json(summary, recorded, seal=True)
     with pytest.raises(ValueError, match=r"summary\.json lacks field config$"):
         report.build_report(cfg, results, tmp_path / "again", repo=tmp_path)
 
@@ -312,7 +312,7 @@ def test_a_variant_on_other_answers_is_named_with_its_steps(tmp_path, results):
     record_training(results, cfg)
     summary = json.loads((results / "train" / "domino-regenerated" / "summary.json").read_text())
     assert summary["data"] == {"responses": "verifier"}
-    io.write_json(results / "train" / "domino-regenerated" / "summary.json", {**summary, "steps": 1234})
+    io.write_json(results / "train" / "domino-regenerated" / "summary.json", {**summary, "steps": 1234}, seal=True)
     stages = report.card_stages(cfg)
     assert stages[stages.index("prepare_data") + 1:][:2] == ["regenerate/train", "regenerate/val"]
     assert "extract_hidden_states/responses-verifier/train" in stages
@@ -413,7 +413,7 @@ def test_the_card_sets_each_data_size_beside_the_rows(tmp_path, results):
             shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
     record_training(results, cfg)
     summary = json.loads((results / "prepare_data" / "summary.json").read_text())
-    io.write_json(results / "prepare_data" / "summary.json", {**summary, "train": 120})
+    io.write_json(results / "prepare_data" / "summary.json", {**summary, "train": 120}, seal=True)
     assert report.variant_changes(trained(cfg), "domino-80") == "train.samples 80"
     paths = report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
     assert tmp_path / "reports" / DATA_SIZE_PLOT["data_size"] in paths

@@ -109,12 +109,14 @@ def test_an_accuracy_of_1_7_stops_the_report_naming_the_file(tmp_path):
     """Read as the report stage reads a run: the file is named, no card prints 170.0%."""
     import shutil
 
+    from domino.io import write_json
+
     root = tmp_path / "results"
     shutil.copytree(FIXTURE, root)
     path = root / "validate" / "domino.json"
     obj = json.loads(path.read_text())
     obj["per_slot"][1]["final_acc"] = 1.7
-    path.write_text(json.dumps(obj))
+    write_json(path, obj, seal=True)  # sealed as the stage seals it: the schema speaks
     with pytest.raises(ValueError, match=rf"^results file {path}: per_slot\.1\.final_acc: 1\.7 is greater than "
                                          r"the maximum of 1$"):
         results.load_results(root)
@@ -146,17 +148,21 @@ def test_a_sealed_file_holding_infinity_or_nan_stops_the_report_naming_it(tmp_pa
     path = root / name
     obj = json.loads(path.read_text())
     _set(obj, field, float("inf") if field == "summary.speedup" else float("nan"))
-    write_json(path, obj, seal=name.startswith(("benchmark", "sampling")))
+    write_json(path, obj, seal=True)
     with pytest.raises(ValueError, match=rf"^results file {re.escape(str(path))}: {re.escape(field)}: "
                                          r"(Infinity|NaN) is not a finite number$"):
         results.load_results(root, temperatures=(0, 0.6))
 
 
-@pytest.mark.parametrize("name,rule", [("benchmark/humaneval/domino.json", "benchmark"),
-                                       ("sampling/T0.6/humaneval/baseline.json", "sampling")])
-def test_a_benchmark_file_without_its_seal_is_refused(tmp_path, name, rule):
-    """The benchmark stage seals its files; one whose content_sha256 was deleted is not read
-    unsealed, but refused in one line naming it and the rule that rebuilds it."""
+SEALED_FILES = [("benchmark/humaneval/domino.json", "benchmark"), ("sampling/T0.6/humaneval/baseline.json", "sampling"),
+                 ("validate/domino.json", "validate"), ("train/domino/summary.json", "train"),
+                 ("train/domino/checkpoint/drafter_config.json", "train"), ("prepare_data/summary.json", "prepare_data")]
+
+
+@pytest.mark.parametrize("name,rule", SEALED_FILES)
+def test_a_results_file_without_its_seal_is_refused(tmp_path, name, rule):
+    """Every stage seals the files the card reads; one whose content_sha256 was deleted is not
+    read unsealed, but refused in one line naming it and the rule that rebuilds it."""
     import shutil
 
     from domino.io import DamagedFile
@@ -182,3 +188,25 @@ def test_a_first_trained_slot_naming_no_slot_is_one_line_not_a_stop_iteration():
         _first_trained(obj)
     assert str(err.value) == ("validate results of domino: first_trained_slot 9 names no slot of per_slot "
                               "(slots: [0, 1, 2, 3, 4, 5, 6, 7])")
+
+
+@pytest.mark.parametrize("name,rule", SEALED_FILES[2:])
+def test_a_results_file_altered_after_its_seal_is_refused(tmp_path, name, rule):
+    """A value changed by hand in a sealed file (the seal kept) is refused naming the file, where
+    the card would print the changed value."""
+    import shutil
+
+    from domino.io import DamagedFile
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    path = root / name
+    text = path.read_text()
+    altered = re.sub(r'("(?:steps|train|first_trained_slot|num_layers)": )(\d+)', lambda m: m.group(1) + str(int(m.group(2)) + 1),
+                     text, count=1)
+    assert altered != text
+    path.write_text(altered)
+    with pytest.raises(DamagedFile) as err:
+        results.load_results(root, temperatures=(0, 0.6))
+    assert str(err.value) == (f"results file {path} is damaged (its content does not match its content_sha256); "
+                              f"delete {path} and run the same command again (rule {rule} rebuilds it)")

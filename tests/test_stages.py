@@ -11,6 +11,7 @@ import yaml
 
 from conftest import ROOT
 from domino.config import validate_config
+from domino.host import PLACEMENT_SECTIONS
 from domino.stages import STAGES, StageConfig, UndeclaredKey, stage_config, train_config, unread
 
 CONFIG = validate_config(yaml.safe_load((ROOT / "config.yaml").read_text()))
@@ -83,15 +84,18 @@ def test_what_was_read_is_recorded_and_unread_keys_are_found():
 
 def test_the_report_declares_every_top_level_key_and_gets_the_whole_config():
     """The card prints the run's whole configuration and its hash: the report declares each
-    top-level key of the schema (a new section must be added there), and the replicate count by
-    name, the one stage given it."""
+    top-level key of the schema (a new section must be added there) but the sections that say
+    where jobs run, and the replicate count by name, the one stage given it."""
     schema = yaml.safe_load((ROOT / "domino" / "config.schema.yaml").read_text())
     top = [k for k in STAGES["report"].reads if "." not in k]
-    assert sorted(top) == sorted(schema["properties"]) and "train.replicates" in STAGES["report"].reads
+    assert sorted(top) == sorted(set(schema["properties"]) - set(PLACEMENT_SECTIONS))
+    assert PLACEMENT_SECTIONS and set(PLACEMENT_SECTIONS) <= set(schema["properties"])
+    assert "train.replicates" in STAGES["report"].reads
+    results_config = {k: v for k, v in CONFIG.items() if k not in PLACEMENT_SECTIONS}
     sent = json.loads(stage_config("report", CONFIG))
-    assert sent["values"] == CONFIG
+    assert sent["values"] == results_config
     cfg = StageConfig(sent["values"], sent["declared"])
-    assert {k: cfg.section(k) for k in top} == CONFIG
+    assert {k: cfg.section(k) for k in top} == results_config
     assert unread(sent["declared"], cfg.reads) == []
     for name in STAGES:  # no other stage is given the replicate count, even with its section
         if name not in ("report", "convert_verifier"):  # convert_verifier runs with verifier.source gguf only

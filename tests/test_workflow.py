@@ -152,6 +152,22 @@ def test_a_deleted_checkpoint_is_rebuilt_as_the_readme_says(micro_run, tmp_path)
     assert by_name == {"train": 1}, by_name
 
 
+def test_a_rebuilt_small_file_that_is_unchanged_leaves_the_card_as_it_is(micro_run, tmp_path):
+    """The README's sentence: a file under Snakemake's checksum limit (1 MB), rebuilt byte for byte,
+    reruns nothing after it; the same file with other bytes reruns the report."""
+    run = _copy_run(micro_run, tmp_path / "run")
+    result = run / "results" / "validate" / "domino.json"
+    before = result.read_bytes()
+    assert len(before) < 1_000_000
+    card = ("reports/model_card.md", "--configfile", "config.yaml", "micro.yaml")
+    result.unlink()
+    run_snakemake(run, str(result.relative_to(run)), "--configfile", "config.yaml", "micro.yaml")
+    assert result.read_bytes() == before  # the rebuilt file is the same
+    assert "Nothing to be done" in run_snakemake(run, "-n", *card).stdout
+    result.write_bytes(before.replace(b"{", b"{ ", 1))  # the same JSON, other bytes, a newer time
+    assert planned_jobs(run_snakemake(run, "-n", *card)).get("report") == 1
+
+
 def test_html_report(html_report):
     """The README's --report command on a finished run: one offline HTML file with the plots, and
     the card, its appendix and the reproduction report as rendered HTML pages (not Markdown links)."""

@@ -5,8 +5,10 @@ the drafter config, benchmark and sampling, vLLM benchmark): ``required`` is wha
 reads, ``properties`` every field the stage writes, with its meaning. ``load_results`` reads and
 checks every file of a run; a file that breaks its schema is refused with one line naming the
 file and the field. Every number is finite: NaN and Infinity, which Python's JSON reads and
-which pass every bound of a schema, are refused in every file. The files their stage seals
-(``SEALED``: the benchmark's and sampling's, ``content_sha256``) are read only with an intact seal. The field tables of docs/results.md are generated from the same schemas
+which pass every bound of a schema, are refused in every file. Every stage seals the JSON files
+it writes for the card (``content_sha256``, ``domino.io.write_json``), and each is read only with
+an intact seal: one missing or not matching the content is refused in one line naming the file.
+The training metrics (``metrics.jsonl``) are the one file read unsealed. The field tables of docs/results.md are generated from the same schemas
 (``python -m domino.card.results`` prints them; a test keeps the document equal to them).
 """
 
@@ -26,7 +28,6 @@ from ..io import read_json
 from .published import CHECKPOINTS
 
 SCHEMAS = Path(__file__).resolve().parent / "results_schemas.yaml"  # shipped inside the package
-SEALED = ("benchmark",)  # the kinds whose stage seals its files (domino.bench.job): no seal, no read
 
 
 @functools.lru_cache(maxsize=1)
@@ -101,9 +102,9 @@ def _cross_field(obj: dict, kind: str) -> str | None:
 
 
 def _read(path: Path, kind: str) -> dict:
-    """A results file checked against its seal (required of the ``SEALED`` kinds; checked in any
-    file that carries one, ``domino.io.read_json``), then against its schema."""
-    return check(read_json(path, sealed=kind in SEALED), kind, path)
+    """A results file checked against its seal, which every kind's stage writes (no seal, no
+    read: ``domino.io.read_json``), then against its schema."""
+    return check(read_json(path, sealed=True), kind, path)
 
 
 def read_benchmark(p: Path) -> dict:

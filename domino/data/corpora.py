@@ -355,5 +355,5 @@ def write_prepared(split: tuple[list[dict], list[dict]], train_path, val_path, s
                "data_sha256": digest, "python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"]}
     if parts:  # data.mix: each part's counts, data.corpus's first
         summary["parts"] = parts
-    io.write_json(summary_path, summary)
+    io.write_json(summary_path, summary, seal=True)  # the card reads it only with its seal
     return summary

@@ -541,7 +541,7 @@ def _finish(run: _Run, out: TrainOutputs) -> dict:
                "config": asdict(run.cfg), "final_loss": run.metrics[-1]["loss"], "complete": True,
                **({"data": run.data} if run.data else {}),
                **({"served_validation": _served_summary(run)} if run.served is not None else {})}
-    write_json(out.summary, summary)
+    write_json(out.summary, summary, seal=True)  # the card reads it only with its seal
     if run.state_path.exists():
         run.state_path.unlink()
     return summary

@@ -395,7 +395,7 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
                     **({"export": export_dir} if export_dir else {}))
     result = {"run": run, "protocol": protocol, "summary": summary, "prompts": records,
               **({"lookup": lookup} if lookup else {})}
-    write_json(out, result)
+    write_json(out, result, seal=True)  # the card reads it only with its seal
     logger.info("vLLM %s: %d tokens in %.1fs, %.1f tok/s, AL %.3f (ours %.3f), %d/%d continuations identical "
                 "to ours", run, summary["new_tokens"], summary["seconds"], summary["tps"], summary["acceptance_length"],
                 summary["ours_acceptance_length"], summary["same_tokens_as_ours"], len(prompts))

@@ -21,6 +21,8 @@ rule benchmark:
         verifier=verifier_path,
         runs=TRAINED,
         checkpoint_dirs=parents("weights"),
+    resources:
+        **SLURM_GPU,
     log:
         "logs/benchmark/{suite}.log",
     benchmark:

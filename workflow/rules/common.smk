@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from domino.config import validate_config
-from domino.host import temporary_folder_problem, vllm_launcher
+from domino.host import slurm_resources, temporary_folder_problem, vllm_launcher
 from domino.io import folder_digests
 from domino.schema import ConfigError
 from domino.verifier.facts import hub_problem
@@ -76,6 +76,11 @@ def vocab_of(wc):
     """The draft vocabulary the job's checkpoint trains with."""
     return f"results/draft_vocab/{responses_dir(wc.checkpoint)}vocab.safetensors"
 TOKENIZER_INPUT = ["results/verifier/tokenizer"] if EMBEDDED else VERIFIER_INPUT
+
+# Where each job is submitted on SLURM (config section slurm, docs/card-scale.md): every rule's
+# resources, slurm.gpu_partition for the rules that profiles/slurm gives a GPU; a local run ignores them.
+SLURM = slurm_resources(config["slurm"])
+SLURM_GPU = slurm_resources(config["slurm"], gpu=True)
 
 # vLLM pins its own transformers, so its stages run under another interpreter (vllm.python);
 # the checkout goes on PYTHONPATH there so that `-m domino` needs no second install.

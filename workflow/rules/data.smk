@@ -9,6 +9,8 @@ rule prepare_data:
     params:
         **stage_params("prepare_data"),
         tokenizer=tokenizer_path,
+    resources:
+        **SLURM,
     log:
         "logs/prepare_data.log",
     benchmark:
@@ -33,6 +35,8 @@ rule regenerate:
     params:
         **stage_params("regenerate"),
         verifier=verifier_path,
+    resources:
+        **SLURM,
     log:
         "logs/regenerate/{split}.log",
     benchmark:
@@ -52,6 +56,8 @@ rule draft_vocab:
     params:
         **stage_params("draft_vocab"),
         verifier=verifier_path,
+    resources:
+        **SLURM,
     log:
         "logs/draft_vocab.log",
     shell:

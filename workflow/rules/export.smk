@@ -12,6 +12,8 @@ rule export:
         **stage_params("export"),
         verifier=verifier_path,
         checkpoint_dir=parent("weights", "input"),
+    resources:
+        **SLURM,
     log:
         "logs/export/{checkpoint}.log",
     benchmark:

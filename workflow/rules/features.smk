@@ -11,6 +11,8 @@ rule extract_hidden_states:
     params:
         **stage_params("extract_hidden_states"),
         verifier=verifier_path,
+    resources:
+        **SLURM_GPU,
     log:
         "logs/extract_hidden_states/{split}.log",
     benchmark:

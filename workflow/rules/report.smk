@@ -36,6 +36,8 @@ rule report:
         templates=template_digest(),
         results=results_dir,
         stage_benchmarks="benchmarks",
+    resources:
+        **SLURM,
     log:
         "logs/report.log",
     shell:

@@ -20,6 +20,8 @@ rule sampling:
         verifier=verifier_path,
         runs=CHECKPOINTS,
         checkpoint_dirs=parents("weights"),
+    resources:
+        **SLURM_GPU,
     log:
         "logs/sampling/T{temperature}/{suite}.log",
     benchmark:

@@ -16,6 +16,8 @@ rule train:
         verifier=verifier_path,
         checkpoint_dir=parent("weights"),
         state_dir="results/train/{checkpoint}/state",  # resumable state: kept when a job is interrupted
+    resources:
+        **SLURM_GPU,
     log:
         "logs/train/{checkpoint}.log",
     benchmark:
@@ -35,6 +37,8 @@ rule validate:
     params:
         **stage_params("validate"),
         checkpoint_dir=parent("weights", "input"),
+    resources:
+        **SLURM_GPU,
     log:
         "logs/validate/{checkpoint}.log",
     benchmark:

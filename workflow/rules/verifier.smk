@@ -10,6 +10,8 @@ if not GGUF:
             out=directory("results/verifier/tokenizer"),
         params:
             **stage_params("tokenizer"),
+        resources:
+            **SLURM,
         log:
             "logs/tokenizer.log",
         benchmark:
@@ -26,6 +28,8 @@ if not GGUF:
             out=directory("results/verifier/model"),
         params:
             **stage_params("verifier"),
+        resources:
+            **SLURM,
         log:
             "logs/verifier.log",
         benchmark:
@@ -40,6 +44,8 @@ else:
             out=directory("results/verifier/model"),
         params:
             **stage_params("convert_verifier"),
+        resources:
+            **SLURM,
         log:
             "logs/convert_verifier.log",
         benchmark:

@@ -18,6 +18,8 @@ rule vllm_benchmark_baseline:
     params:
         **stage_params("vllm_benchmark_baseline"),
         verifier=verifier_path,
+    resources:
+        **SLURM_GPU,
     log:
         "logs/vllm_benchmark/{suite}/baseline.log",
     benchmark:
@@ -42,6 +44,8 @@ rule vllm_benchmark:
         **stage_params("vllm_benchmark"),
         verifier=verifier_path,
         checkpoint_dir=parent("weights", "input"),
+    resources:
+        **SLURM_GPU,
     log:
         "logs/vllm_benchmark/{suite}/{run}.log",
     benchmark:
@@ -62,6 +66,8 @@ rule vllm_benchmark_lookup:
     params:
         **stage_params("vllm_benchmark_lookup"),
         verifier=verifier_path,
+    resources:
+        **SLURM_GPU,
     log:
         "logs/vllm_benchmark/{suite}/ngram.log",
     benchmark:
