@@ -216,7 +216,7 @@ def test_a_mix_names_each_part_on_the_card(tmp_path, results):
     io.write_json(results / "prepare_data" / "summary.json",
                   {"corpus": "python-stdlib", "samples": 700, "seq_len": 512, "data_sha256": "ab" * 32,
                    "parts": [{"corpus": "python-stdlib", "samples": 500, "train": 450, "val": 50},
-                             {"corpus": "sharegpt-hub", "samples": 200, "train": 180, "val": 20}]})
+                             {"corpus": "sharegpt-hub", "samples": 200, "train": 180, "val": 20}]}, seal=True)
     report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
     card = (tmp_path / "reports" / "model_card.md").read_text()
     assert ("| Dataset | Python standard library functions (signature + docstring -> body): 500 mixed with "
@@ -445,7 +445,7 @@ def test_the_appendix_draws_the_served_validation_curve_with_the_step_kept(tmp_p
     summary = json.loads((results / "train" / "domino" / "summary.json").read_text())
     io.write_json(results / "train" / "domino" / "summary.json", {**summary, "served_validation": {
         "prompts": 4, "max_new_tokens": 16, "every_steps": 2, "keep": "best_served", "patience": 0,
-        "kept_step": curve[1]["step"], "stopped_early": False, "seconds": 1.0, "curve": curve}})
+        "kept_step": curve[1]["step"], "stopped_early": False, "seconds": 1.0, "curve": curve}}, seal=True)
     paths = report.build_report(cfg, results, tmp_path / "reports", repo=tmp_path)
     assert tmp_path / "reports" / SERVED_PLOT["served"] in paths
     appendix = (tmp_path / "reports" / "model_card_appendix.md").read_text()
