@@ -36,7 +36,7 @@ rule regenerate:
         **stage_params("regenerate"),
         verifier=verifier_path,
     resources:
-        **SLURM,
+        **SLURM_GPU,  # the verifier answers every training conversation
     log:
         "logs/regenerate/{split}.log",
     benchmark:
