@@ -1,7 +1,8 @@
 """What this machine is, read without torch (the workflow reads it when it plans a run): the CPU's
 matrix units, and the verifier dtype they make fast (``verifier.dtype: auto``); the free space of
 the temporary folder a run starts with; the interpreter the vLLM jobs run under (``vllm.python``)
-and the shell words that start it; where a SLURM job is submitted (``slurm``)."""
+and the shell words that start it; where a SLURM job is submitted (``slurm``); whether the jobs
+run this checkout's package."""
 
 from __future__ import annotations
 
@@ -126,3 +127,45 @@ def slurm_resources(slurm: dict, gpu: bool = False) -> dict[str, str]:
     partition = (slurm.get("gpu_partition") if gpu else None) or slurm.get("partition")
     chosen = {"slurm_account": slurm.get("account"), "slurm_partition": partition}
     return {key: value for key, value in chosen.items() if value}
+
+
+# What a job's interpreter answers when asked where its domino package is
+PACKAGE_PROBE = "import domino, pathlib; print(pathlib.Path(domino.__file__).resolve().parent)"
+PACKAGE_FILES = (".py", ".yaml", ".j2")  # what the package runs and reads of its own
+
+
+def package_digest(folder: str | Path) -> str:
+    """The sha256 of a package folder's code and data files (``PACKAGE_FILES``, caches aside),
+    by their paths in it: two folders with the same digest run the same code."""
+    import hashlib
+
+    folder, h = Path(folder), hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in PACKAGE_FILES and "__pycache__" not in path.parts and path.is_file():
+            h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def package_problem(planned: str | Path, checkout: str | Path, python: str = "python") -> str | None:
+    """Why the jobs would not run the ``domino`` package the workflow plans with (``planned``, the
+    folder the Snakefile imported: the checkout's own, when it has one), in one line, or None. Each
+    job runs ``python -m domino`` in the run directory, which imports the package its environment
+    finds: an editable install of another clone, or a ``PYTHONPATH``. A package whose files differ
+    would run one version of the stages under another version's rules, and mix two versions in one
+    run; the same files in another folder are the same code."""
+    import subprocess
+
+    ours = Path(planned).resolve()
+    try:
+        out = subprocess.run([python, "-c", PACKAGE_PROBE], capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"the jobs' interpreter {python!r} could not be asked for its domino package ({err})"
+    fix = f"install this checkout (pip install -e {Path(checkout).resolve()}) or put it first on PYTHONPATH"
+    if out.returncode != 0 or not out.stdout.strip():
+        return f"the jobs' interpreter {python!r} cannot import the domino package: {fix}, and run the same command again"
+    theirs = Path(out.stdout.strip().splitlines()[-1])
+    if theirs == ours or package_digest(theirs) == package_digest(ours):
+        return None
+    return (f"the workflow plans with the domino package at {ours}, but its jobs would import the one at {theirs}, "
+            f"whose files differ: {fix}, and run the same command again")

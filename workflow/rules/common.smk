@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from domino.config import validate_config
-from domino.host import slurm_resources, temporary_folder_problem, vllm_launcher
+from domino.host import package_problem, slurm_resources, temporary_folder_problem, vllm_launcher
 from domino.io import folder_digests
 from domino.schema import ConfigError
 from domino.verifier.facts import hub_problem
@@ -202,9 +202,10 @@ _snakemake_logger.addFilter(_one_line_for_a_missing_target)
 # A run (not a dry run: onstart runs only before jobs) whose temporary folder is full stops here
 # in one line naming it, where Snakemake's scheduler would fail with a traceback writing there;
 # so does one whose verifier is a hub id neither cached nor on a hub that answers (a dry run
-# needs no network, so it is not asked).
+# needs no network, so it is not asked); so does one whose jobs would import another checkout's
+# domino package (an editable install of another clone), which would run that code under this workflow.
 onstart:
-    _tmp = temporary_folder_problem()
+    _tmp = temporary_folder_problem() or package_problem(Path(sys.modules["domino"].__file__).parent, workflow.basedir)
     if _tmp:
         sys.exit(f"error: {_tmp}")
     _hub = None if EMBEDDED or GGUF or LOCAL_VERIFIER else hub_problem(VERIFIER)
