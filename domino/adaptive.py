@@ -12,7 +12,10 @@ rate the decoder has reached so far in the request by the cost model, never belo
 decoding's ``1 / c(1)``, so no step is chosen that a plain step beats in expectation.
 
 The drafter drafts two slots more than it has sent lately (an average), since each slot of a
-Domino head costs a GRU step; a slot past them would be verified by no step.
+Domino head costs a GRU step; a slot past them would be verified by no step. A probe (below)
+drafts the whole block: where short drafts do not pay but long ones would (a verify forward whose
+cost steps up at a few rows, then stays flat), the average of drafts sent would otherwise stay
+short for good.
 
 The ``p_i`` come from each source's own estimate of its token (a drafter's softmax probability of
 its token, the suffix cache's frequency ratio, the n-gram lookup's slot), mapped through a
@@ -294,7 +297,8 @@ class CostAwareDraft:
             t0 = time.perf_counter()
             self.neural.flush()
             nd = self.neural.neural
-            tokens, logits = nd.drafter.draft(anchor, anchor_pos, nd.kv, min(n, nd.drafts_per_step, self.slots),
+            slots = nd.drafts_per_step if self._probing() else self.slots  # a probe drafts the whole block
+            tokens, logits = nd.drafter.draft(anchor, anchor_pos, nd.kv, min(n, nd.drafts_per_step, slots),
                                               return_logits=True, tables=nd.tables)
             estimates = drafter_estimates(logits)
             seconds = time.perf_counter() - t0
@@ -336,11 +340,13 @@ class CostAwareDraft:
             self.benched_requests = self.bench_length
             self.bench_length = min(64, self.bench_length * 2)
 
+    def _probing(self) -> bool:
+        """Whether the drafter runs now whatever its value: no value yet after a step like the one
+        before, or ``probe_every`` steps (doubled per unsent probe) without it."""
+        return self.value[self.before] is None or self.since_drafter >= self.probe_every << self.backoff
+
     def _drafter_pays(self, R: float, best_free: float) -> bool:
-        avg = self.value[self.before]
-        if avg is None or self.since_drafter >= self.probe_every << self.backoff:
-            return True
-        return avg - R * self.drafter_cost > best_free
+        return self._probing() or self.value[self.before] - R * self.drafter_cost > best_free
 
     def record(self) -> dict:
         """What a results file says of the decoder's choices (``adaptive``)."""

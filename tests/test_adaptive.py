@@ -122,3 +122,38 @@ def test_a_cost_aware_decoder_needs_its_costs(verifier):
     d = CostAwareDraft(None, {"suffix": SuffixSource(SuffixDraft(4))})
     with pytest.raises(RuntimeError, match="after its costs are measured"):
         decode(verifier, [1, 2, 3], 5, draft=d)
+
+
+def test_a_drafter_kept_short_by_a_cost_step_recovers_its_long_drafts(verifier):
+    """A verify forward whose cost steps up at two rows and stays flat after (as a CPU kernel's
+    switch does): two drafts do not pay, eight do. A drafter whose recent drafts were short drafts
+    short (two slots more than it sent); its probes draft the whole block, so it finds the long
+    drafts that pay and sends them, instead of staying short and sitting out."""
+    prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
+    full = decode(verifier, prompt, 60).new_token_ids
+
+    class Drafter:  # the verifier's own next tokens, the slots asked for, each estimated at 0.9
+        def draft(self, anchor, anchor_pos, kv, n, return_logits=False, tables=None):
+            start = anchor_pos + 1 - len(prompt)
+            tokens = full[start:start + n]
+            logits = torch.full((len(tokens), 4), 0.0)
+            logits[:, 0] = 5.0  # softmax max about 0.9
+            return tokens, logits
+
+    class Oracle:  # what LazyContext and CostAwareDraft read of a NeuralDraft
+        aux_layer_ids = None
+        drafts_per_step, kv, tables, drafter = 8, None, None, Drafter()
+
+        def reset(self, prompt_ids):
+            pass
+
+        def add_context(self, aux, start):
+            pass
+
+    costs = CostCurve((1.0, 3.0, 3.0, 3.05, 3.05, 3.05, 3.05, 3.05, 3.1), drafter=0.3)
+    d = CostAwareDraft(Oracle(), costs=costs)
+    d.sent_k, d.slots = 0.0, 2  # after a stretch of drafts not sent
+    out = decode(verifier, prompt, 60, draft=d)
+    assert out.new_token_ids == full
+    assert d.chosen["drafter"][1] / d.chosen["drafter"][0] > 5  # long drafts, once a probe found them
+    assert max(out.accepted_per_step) == 8
