@@ -303,7 +303,8 @@ def test_card_config_against_a_local_qwen3_verifier(card_run):
 def _rules() -> set:
     names = set()
     for f in (ROOT / "workflow" / "rules").glob("*.smk"):
-        names |= set(re.findall(r"^rule (\w+):", f.read_text(), re.M))
+        text = f.read_text()
+        names |= set(re.findall(r"^rule (\w+):", text, re.M)) | set(re.findall(r"^use rule \w+ as (\w+)", text, re.M))
     return names
 
 

@@ -327,7 +327,8 @@ def test_a_full_disk_during_trainings_state_save_is_named_with_the_file(tmp_path
 
     drafter = torch.nn.Linear(64, 64)
     run = SimpleNamespace(rank=0, drafter=drafter, opt=torch.optim.AdamW(drafter.parameters()), step=3, metrics=[],
-                          seconds=1.5, cfg=Settings(), total=10, inputs="features", state_path=tmp_path / "state.pt")
+                          seconds=1.5, cfg=Settings(), total=10, inputs="features", state_path=tmp_path / "state.pt",
+                          curve=[], best=None)
     monkeypatch.setattr(dio, "open", _FullDisk(4096), raising=False)
     with pytest.raises(dio.DiskFull) as err:
         _save_state(run)

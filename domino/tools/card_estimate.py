@@ -66,7 +66,8 @@ def stage_needs(cfg: dict, counts: tuple[int, int, int]) -> list[Need]:
     """The rows for a validated config ``cfg`` and its ``parameter_counts``."""
     from ..common import DTYPES
     from ..data.features import estimate_bytes
-    from ..runs import lookup_runs, trained_runs
+    from ..checkpoints import trained_runs
+    from ..decoders import lookup_runs
     from ..shapes import QWEN3_0_6B
     from ..train.loop import total_steps
 
@@ -128,14 +129,18 @@ def table(needs: list[Need]) -> str:
     return "\n".join(lines)
 
 
+def parser():
+    p = tool_parser("card_estimate", __doc__)
+    p.add_argument("configs", nargs="*", default=["config.yaml", "config/card.yaml"],
+                   help="config files, merged in order as --configfile merges them")
+    return p
+
+
 def main(argv=None) -> None:
     from ..config import load_config
     from ..schema import ConfigError
 
-    ap = tool_parser("card_estimate", __doc__)
-    ap.add_argument("configs", nargs="*", default=["config.yaml", "config/card.yaml"],
-                    help="config files, merged in order as --configfile merges them")
-    a = ap.parse_args(argv)
+    a = parser().parse_args(argv)
     try:
         cfg = load_config(a.configs)
     except ConfigError as err:
