@@ -1,5 +1,6 @@
 """domino.tools: every check run by hand explains itself with --help, and each runs once, small."""
 
+import json
 import importlib
 import pkgutil
 import subprocess
@@ -115,3 +116,33 @@ def test_served_gap_teacher_forcing_the_served_condition_is_the_loop(micro_run, 
         assert c["served"]["steps_as_walked"] >= 0.97 * c["served"]["steps_compared"], ck
         assert c["served"]["estimate"] == pytest.approx(c["own_answers_loop_anchors"]["estimate"], rel=0.02), ck
     assert "answer tokens outside the draft vocabulary" in capsys.readouterr().out
+
+
+def test_compare_acceptance_pairs_two_runs_prompt_by_prompt(tmp_path, capsys):
+    """Two runs on the same prompts: each trained row's acceptance, and B's over A's paired over the
+    prompts (here B accepts one more draft at every step of every prompt: 2 tokens a step
+    against 1, +100%); the rows without training are left out; other plain answers are refused."""
+    from domino.io import write_json
+    from domino.tools import compare_acceptance as ca
+
+    def write(run, accepted, answers):
+        folder = tmp_path / run / "results" / "benchmark" / "humaneval"
+        folder.mkdir(parents=True)
+        prompts = [{"task_id": f"t{i}", "new_token_ids": answers[i], "accepted_per_step": []} for i in range(4)]
+        write_json(folder / "baseline.json", {"prompts": prompts}, seal=True)
+        write_json(folder / "domino.json", {"prompts": [{**p, "accepted_per_step": [accepted] * (i + 2)}
+                                                         for i, p in enumerate(prompts)]}, seal=True)
+        write_json(folder / "ngram.json", {"decoder": {"kind": "ngram"}, "prompts": prompts}, seal=True)
+
+    answers = [[1, 2, 3]] * 4
+    write("a", 0, answers)
+    write("b", 1, answers)
+    ca.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "pairs.json")])
+    out = capsys.readouterr().out
+    assert "domino: A 1.000" in out and "B 2.000" in out and "B/A - 1 +100.0%" in out and "ngram" not in out
+    f = json.loads((tmp_path / "pairs.json").read_text())["suites"]["humaneval"]["domino"]
+    assert f["prompts"] == 4 and f["a"]["steps"] == 2 + 3 + 4 + 5 and f["b_over_a"]["estimate"] == pytest.approx(1.0)
+
+    write("c", 1, [[1, 2, 3]] * 3 + [[1, 2, 4]])
+    with pytest.raises(SystemExit, match="plain greedy's answers differ on 1 prompts"):
+        ca.main([str(tmp_path / "a"), str(tmp_path / "c")])
