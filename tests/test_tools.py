@@ -1,7 +1,7 @@
 """domino.tools: every check run by hand explains itself with --help, and each runs once, small."""
 
-import json
 import importlib
+import json
 import pkgutil
 import subprocess
 import sys

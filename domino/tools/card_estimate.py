@@ -64,9 +64,9 @@ def parameter_counts(cfg: dict) -> tuple[int, int, int]:
 
 def stage_needs(cfg: dict, counts: tuple[int, int, int]) -> list[Need]:
     """The rows for a validated config ``cfg`` and its ``parameter_counts``."""
+    from ..checkpoints import trained_runs
     from ..common import DTYPES
     from ..data.features import estimate_bytes
-    from ..checkpoints import trained_runs
     from ..decoders import lookup_runs
     from ..shapes import QWEN3_0_6B
     from ..train.loop import total_steps
