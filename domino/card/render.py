@@ -230,7 +230,8 @@ def replaced_sentences(benches: list[dict], labels: dict) -> list[str]:
     kinds = {decoder_kind(b) for b in benches}
     out = []
     for b in benches:
-        rep = KINDS[decoder_kind(b)].replaces if decoder_kind(b) in KINDS else None
+        kind = KINDS.get(decoder_kind(b))
+        rep = kind.replaces if kind else None
         if rep and rep[0] not in kinds:
             ck = b.get("decoder", {}).get("checkpoint")
             out.append(rep[1].format(checkpoint=labels.get(ck, ck)))

@@ -88,7 +88,8 @@ def main(argv=None) -> None:
         if parts:
             sys.exit(f"error: {suite}: plain greedy's answers differ on {parts} prompts between the two runs "
                      "(another verifier, dtype or prompts): their acceptance is not paired")
-        rows = [r for r in trained_rows(fa) if r in trained_rows(fb)]
+        in_b = set(trained_rows(fb))
+        rows = [r for r in trained_rows(fa) if r in in_b]
         figures["suites"][suite] = {}
         print(f"{suite}: acceptance length, B over A paired over prompts (95% BCa)")
         for run in rows:
