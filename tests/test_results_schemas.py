@@ -210,3 +210,25 @@ def test_a_results_file_altered_after_its_seal_is_refused(tmp_path, name, rule):
         results.load_results(root, temperatures=(0, 0.6))
     assert str(err.value) == (f"results file {path} is damaged (its content does not match its content_sha256); "
                               f"delete {path} and run the same command again (rule {rule} rebuilds it)")
+
+
+def test_training_metrics_altered_after_training_are_refused(tmp_path):
+    """metrics.jsonl is sealed by its summary's metrics_sha256: a loss edited by hand (the line
+    still valid JSON, every field in bounds) is refused in one line naming the file and the rule,
+    where the card would draw the edited curve."""
+    import shutil
+
+    from domino.io import DamagedFile
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    path = root / "train" / "domino" / "metrics.jsonl"
+    assert results.load_results(root, temperatures=(0, 0.6))["metrics"]["domino"]  # intact: read
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["loss"] = rows[0]["loss"] / 2
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    with pytest.raises(DamagedFile) as err:
+        results.load_results(root, temperatures=(0, 0.6))
+    assert str(err.value) == (f"results file {path} is damaged (its sha256 is not the metrics_sha256 of the "
+                              f"summary.json beside it); delete {path} and run the same command again "
+                              f"(rule train rebuilds it)")

@@ -8,7 +8,8 @@ file and the field. Every number is finite: NaN and Infinity, which Python's JSO
 which pass every bound of a schema, are refused in every file. Every stage seals the JSON files
 it writes for the card (``content_sha256``, ``domino.io.write_json``), and each is read only with
 an intact seal: one missing or not matching the content is refused in one line naming the file.
-The training metrics (``metrics.jsonl``) are the one file read unsealed. The field tables of docs/results.md are generated from the same schemas
+The training metrics (``metrics.jsonl``, lines appended as training goes) are sealed by their
+training's summary: ``metrics_sha256`` is the file's sha256, checked as it is read. The field tables of docs/results.md are generated from the same schemas
 (``python -m domino.card.results`` prints them; a test keeps the document equal to them).
 """
 
@@ -107,6 +108,17 @@ def _read(path: Path, kind: str) -> dict:
     return check(read_json(path, sealed=True), kind, path)
 
 
+def _read_metrics(path: Path, digest: str, keys: tuple) -> list[dict]:
+    """A training's metrics, read only when their sha256 is the one its summary recorded."""
+    if path.exists() and io.sha256_file(path) != digest:
+        raise io.DamagedFile(f"results file {path} is damaged (its sha256 is not the metrics_sha256 of the "
+                             f"summary.json beside it); {io.rebuild_hint(path)}")
+    rows = io.read_jsonl(path, keys)
+    for row in rows:
+        check(row, "train_metrics", path)
+    return rows
+
+
 def read_benchmark(p: Path) -> dict:
     """A benchmark or sampling results file: protocol, summary and, of the per-prompt records, the
     fields a paired comparison reads (those the schema requires of a prompt record)."""
@@ -195,11 +207,8 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
     for ckpt in checkpoints:
         out["validate"][ckpt] = _read(root / "validate" / f"{ckpt}.json", "validate")
         train = root / "train" / ckpt
-        metrics = io.read_jsonl(train / "metrics.jsonl", metric_keys)
-        for row in metrics:
-            check(row, "train_metrics", train / "metrics.jsonl")
-        out["metrics"][ckpt] = metrics
-        out["train_summary"][ckpt] = _read(train / "summary.json", "train_summary")
+        out["train_summary"][ckpt] = summary = _read(train / "summary.json", "train_summary")
+        out["metrics"][ckpt] = _read_metrics(train / "metrics.jsonl", summary["metrics_sha256"], metric_keys)
         out["drafter_config"][ckpt] = _read(train / "checkpoint" / "drafter_config.json", "drafter_config")
     for suite in suites:
         runs = {run: read_benchmark(benchmark_path(root, suite, run)) for run in ("baseline", *checkpoints)}

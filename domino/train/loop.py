@@ -30,7 +30,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from ..aux import decoder_parts
-from ..io import save_torch, write_json, write_jsonl
+from ..io import save_torch, sha256_file, write_json, write_jsonl
 from ..loss import (
     curriculum_loss,
     cut_after_first_wrong,
@@ -537,7 +537,7 @@ def _finish(run: _Run, out: TrainOutputs) -> dict:
         run.drafter.load_state_dict(run.best)
     run.drafter.cpu().save(out.checkpoint)
     write_jsonl(out.metrics, run.metrics, sort_keys=True)
-    summary = {"steps": run.step, "epochs": run.cfg.epochs, "rows": len(run.rows), "seconds": run.seconds,
+    summary = {"steps": run.step, "metrics_sha256": sha256_file(out.metrics), "epochs": run.cfg.epochs, "rows": len(run.rows), "seconds": run.seconds,
                "config": asdict(run.cfg), "final_loss": run.metrics[-1]["loss"], "complete": True,
                **({"data": run.data} if run.data else {}),
                **({"served_validation": _served_summary(run)} if run.served is not None else {})}
