@@ -8,8 +8,12 @@ accepted when the ones before it were) and costs ``c(k+1)`` seconds, a verifier 
 k + 1 rows (``CostCurve``, measured on this machine and dtype before the timed decodes). At a
 rate of ``R`` tokens per second the step is worth ``E_k - R c(k+1)``; the best k maximises it
 (``best_prefix``), k = 0 (a plain step, worth ``1 - R c(1)``) always a candidate. ``R`` is the
-rate the decoder has reached so far in the request by the cost model, never below plain
-decoding's ``1 / c(1)``, so no step is chosen that a plain step beats in expectation.
+rate the decoder has reached so far in the job, in measured seconds (each step's wall time, from
+one proposal to the next), from a prior of 16 tokens at plain decoding's ``1 / c(1)`` and never
+below it, so no step is chosen that a plain step beats in expectation. A rate by the cost model
+alone, or one request's, runs high (the curve leaves out what a step spends outside its forwards;
+a request's first steps are few), and a high ``R`` prices every draft out, the drafter's first
+(what a step spends outside its forwards adds to every candidate alike, so it changes no choice).
 
 The drafter drafts two slots more than it has sent lately (an average), since each slot of a
 Domino head costs a GRU step; a slot past them would be verified by no step. A probe (below)
@@ -23,9 +27,10 @@ its token, the suffix cache's frequency ratio, the n-gram lookup's slot), mapped
 verifier has judged, never the one being drafted.
 
 A trained drafter costs a forward before its draft is known, so whether to run it is decided
-before: it runs when the value its drafts have had (an average over its earlier drafts, kept
-apart by what the step before was: a draft accepted in part or whole, a draft rejected, a plain
-step) minus ``R`` times its cost beats the best draft the free sources offer. Its cost starts at
+before: it runs when the value its drafts have had beats the best draft the free sources offer: the
+expected tokens and rows of the prefixes it sent (averages over its earlier drafts, kept apart by
+what the step before was: a draft accepted in part or whole, a draft rejected, a plain step),
+valued at the current ``R`` with its own cost added. Its cost starts at
 the curve's ``drafter`` and follows what its runs take in the request (an average of their
 seconds, the context handed to it included). It runs anyway after ``probe_every`` steps without
 it, a wait that doubles each time a probe's draft is not sent (up to 16 times), so that the
@@ -204,7 +209,8 @@ class CostAwareDraft:
         self.costs = costs
         self.calibration = Calibration()
         # the drafter's average step value by what the step before was ("accepted", "rejected", "plain")
-        self.value: dict[str, float | None] = {"accepted": None, "rejected": None, "plain": None}
+        self.value: dict[str, tuple[float, float] | None] = {"accepted": None, "rejected": None, "plain": None}
+        self.job_tokens, self.job_seconds = 0.0, 0.0  # the job's earlier requests: tokens, measured seconds
         self.drafter_seconds: float | None = None  # its runs' average seconds (None: the curve's, before any)
         self.backoff = 0  # probes in a row whose draft was not sent
         self.sent_k, self.slots = float(self.drafts_per_step), self.drafts_per_step  # drafts sent lately; slots drafted
@@ -213,9 +219,13 @@ class CostAwareDraft:
         self._reset_request()
 
     def _reset_request(self) -> None:
+        if getattr(self, "seconds_so_far", 0.0) > 0:
+            self.job_tokens += self.tokens_so_far
+            self.job_seconds += self.seconds_so_far
         self.last: tuple[int, Choice] = (-1, Choice("none"))
         self.since_drafter = 0
         self.tokens_so_far, self.seconds_so_far = 0.0, 0.0
+        self._t_last = 0.0  # when the latest step's proposal began
         self.before = "plain"  # what the step before was
 
     @property
@@ -258,9 +268,11 @@ class CostAwareDraft:
 
     @property
     def rate(self) -> float:
-        """``R``: the request's tokens per second so far by the cost model, at least plain decoding's."""
+        """``R``: the job's tokens per second so far, in measured seconds, from a prior of 16 tokens at
+        plain decoding's rate by the curve, and never below that rate."""
         plain = self.costs.plain_rate
-        return max(plain, self.tokens_so_far / self.seconds_so_far) if self.seconds_so_far > 0 else plain
+        t, sec = self.job_tokens + self.tokens_so_far, self.job_seconds + self.seconds_so_far
+        return max(plain, (t + 16) / (sec + 16 / plain))
 
     def _judge(self, anchor_pos: int) -> None:
         """What the previous step's drafts became: calibration, the drafter's value, the rate."""
@@ -272,8 +284,7 @@ class CostAwareDraft:
             self.calibration.observe(choice.source, j, q, j < accepted)
         self.before = "plain" if not choice.tokens else "accepted" if accepted > 0 else "rejected"
         self.tokens_so_far += accepted + 1
-        self.seconds_so_far += self.costs.rows(len(choice.tokens) + 1) + (
-            self.drafter_cost if choice.drafter_ran else 0.0)
+        self.seconds_so_far += time.perf_counter() - self._t_last  # the step's wall time, drafting included
 
     @property
     def drafter_cost(self) -> float:
@@ -284,6 +295,7 @@ class CostAwareDraft:
 
     def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
         self._judge(anchor_pos)
+        self._t_last = time.perf_counter()
         R = self.rate
         best = Choice("none")
         best_value = 1.0 - R * self.costs.rows(1)  # a plain step
@@ -303,9 +315,11 @@ class CostAwareDraft:
             estimates = drafter_estimates(logits)
             seconds = time.perf_counter() - t0
             self.drafter_seconds = seconds if self.drafter_seconds is None else 0.9 * self.drafter_seconds + 0.1 * seconds
-            k, v = best_prefix(self._probs("drafter", estimates), self.costs, R)
+            p = self._probs("drafter", estimates)
+            k, v = best_prefix(p, self.costs, R)
+            e, c = expected_tokens(p)[k], self.costs.rows(k + 1)
             avg = self.value[self.before]
-            self.value[self.before] = v if avg is None else 0.8 * avg + 0.2 * v
+            self.value[self.before] = (e, c) if avg is None else (0.8 * avg[0] + 0.2 * e, 0.8 * avg[1] + 0.2 * c)
             self.since_drafter, self.drafter_runs = 0, self.drafter_runs + 1
             gain = max(0.0, v - best_value) - R * self.drafter_cost  # against what the step had without it
             self.request_gain = gain + (self.request_gain or 0.0)
@@ -346,7 +360,10 @@ class CostAwareDraft:
         return self.value[self.before] is None or self.since_drafter >= self.probe_every << self.backoff
 
     def _drafter_pays(self, R: float, best_free: float) -> bool:
-        return self._probing() or self.value[self.before] - R * self.drafter_cost > best_free
+        if self._probing():
+            return True
+        e, c = self.value[self.before]
+        return e - R * (c + self.drafter_cost) > best_free
 
     def record(self) -> dict:
         """What a results file says of the decoder's choices (``adaptive``)."""

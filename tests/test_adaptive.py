@@ -157,3 +157,24 @@ def test_a_drafter_kept_short_by_a_cost_step_recovers_its_long_drafts(verifier):
     assert out.new_token_ids == full
     assert d.chosen["drafter"][1] / d.chosen["drafter"][0] > 5  # long drafts, once a probe found them
     assert max(out.accepted_per_step) == 8
+
+
+def test_the_rate_is_the_jobs_measured_one_from_a_prior_at_plain_decodings():
+    """``R`` starts at plain decoding's rate by the curve (a prior of 16 tokens), follows the
+    tokens and measured seconds of the job's requests, the current one included, and never
+    falls below plain decoding's: by hand."""
+    from domino.adaptive import NgramSource
+    from domino.decode import NgramDraft
+
+    d = CostAwareDraft(free={"ngram": NgramSource(NgramDraft(4, 2, 1))}, costs=CostCurve((0.01, 0.011)))
+    assert d.rate == pytest.approx(100.0)  # 16 / 0.16
+    d.job_tokens, d.job_seconds = 84.0, 0.5  # earlier requests: 168 tokens/s
+    assert d.rate == pytest.approx(100 / 0.66)
+    d.tokens_so_far, d.seconds_so_far = 100.0, 0.34  # the current request
+    assert d.rate == pytest.approx(200 / 1.0)
+    d.finish()
+    d.reset([1, 2, 3])  # a new request folds the last into the job's
+    assert (d.job_tokens, d.job_seconds, d.tokens_so_far) == (184.0, pytest.approx(0.84), 0.0)
+    assert d.rate == pytest.approx(200.0)
+    d.job_tokens, d.job_seconds = 10.0, 1.0  # slower than plain: plain's rate
+    assert d.rate == pytest.approx(100.0)
