@@ -27,7 +27,7 @@ from .bench.suites import PromptError, check_source
 from .checkpoints import REPLICATE
 from .decoders import RESERVED, RESERVED_PATTERNS
 from .host import auto_dtype, cpu_units, vllm_python_problem
-from .schema import ConfigError, load_schema
+from .schema import ConfigError, card_model_name, load_schema
 from .verifier.facts import check_vocabulary_ids, default_aux_layer_ids, verifier_facts
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -155,13 +155,6 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
     if cfg["report"]["model_name"] is None:
         cfg["report"]["model_name"] = card_model_name(cfg["verifier"]["name"], cfg["drafter"]["block_size"])
     return cfg
-
-
-def card_model_name(verifier_name: str, block_size: int) -> str:
-    """The card's name when ``report.model_name`` is null: the verifier's name, its last part
-    (``Qwen/Qwen3-0.6B`` and a folder's path alike), then ``-Domino-b<block_size>``:
-    ``Qwen3-0.6B-Domino-b8``, the published card's."""
-    return f"{verifier_name.rstrip('/').split('/')[-1]}-Domino-b{block_size}"
 
 
 def _refuse_non_finite(node, path=()) -> None:

@@ -82,3 +82,10 @@ def aux_noise(noise: str, noise_scale: float, noise_dtype: str = "float32") -> A
     if noise_dtype not in ("float32", "storage"):
         raise ValueError(f"noise_dtype must be float32 or storage, got {noise_dtype!r}")
     return AuxNoise(noise, noise_scale if noise != "none" else 0.0, noise_dtype)
+
+
+def card_model_name(verifier_name: str, block_size: int) -> str:
+    """The card's name when ``report.model_name`` is null: the verifier's name, its last part
+    (``Qwen/Qwen3-0.6B`` and a folder's path alike), then ``-Domino-b<block_size>``:
+    ``Qwen3-0.6B-Domino-b8``, the published card's."""
+    return f"{verifier_name.rstrip('/').split('/')[-1]}-Domino-b{block_size}"
