@@ -27,19 +27,24 @@ its token, the suffix cache's frequency ratio, the n-gram lookup's slot), mapped
 verifier has judged, never the one being drafted.
 
 A trained drafter costs a forward before its draft is known, so whether to run it is decided
-before: it runs when the value its drafts have had beats the best draft the free sources offer: the
-expected tokens and rows of the prefixes it sent (averages over its earlier drafts, kept apart by
-what the step before was: a draft accepted in part or whole, a draft rejected, a plain step),
-valued at the current ``R`` with its own cost added. Its cost starts at
-the curve's ``drafter`` and follows what its runs take in the request (an average of their
-seconds, the context handed to it included). It runs anyway after ``probe_every`` steps without
-it, a wait that doubles each time a probe's draft is not sent (up to 16 times), so that the
-average follows the text without a useless drafter costing a forward every few steps. Its
-context (the verifier's states of committed rows) is handed to it only when it drafts, all
-pending rows in one forward (``LazyContext``). A request in which its runs did not pay, by their
-expected gain summed, or in which it never ran, benches it for the next requests (1, 2, 4, ... up
-to 64 after each such request; back to 1 after one that paid): a request without it and without
-a free source is decoded by the plain loop (``plan``), at plain decoding's cost.
+before, and by what its steps have measured rather than by the model: the tokens and wall seconds
+of each step are kept apart by the situation it began in (a free source offered a draft worth
+sending, or nothing did) and by whether the drafter ran. It runs when its steps' mean, valued at the
+current ``R`` (tokens minus ``R`` times seconds), beats the steps without it in the same situation:
+their measured mean once there are ``MIN_STEPS`` of them, before that the model's (a plain step, or
+the free source's draft, at the curve's cost; no overhead outside the forward, so the drafter must
+beat an optimistic rival). A drafter's step pays for what the model leaves out (its forward, the
+context handed to it, the loop's bookkeeping of a longer step) in the seconds measured; a model of
+its value from its own estimates did not see those and, estimated per step from few drafts, sat the
+drafter out where always drafting was faster (docs/speed.md). The drafter runs for its first
+``MIN_STEPS`` steps in a situation, and anyway after ``probe_every`` steps without it, a wait that
+doubles each time a probe's draft is not sent (up to 16 times), so that the means follow the text
+without a useless drafter costing a forward every few steps. Its context (the verifier's states of
+committed rows) is handed to it only when it drafts, all pending rows in one forward
+(``LazyContext``). A request after which the drafter pays in no situation benches it for the next
+requests (1, 2, 4, ... up to 64 after each such request; back to 1 after one where it pays): a
+request without it and without a free source is decoded by the plain loop (``plan``), at plain
+decoding's cost.
 """
 
 from __future__ import annotations
@@ -162,12 +167,13 @@ class LazyContext:
 @dataclass
 class Choice:
     """What one step sent: the source (``"none"`` for a plain step), its tokens and their
-    estimates, and whether the trained drafter ran."""
+    estimates, whether the trained drafter ran, and the situation it ran or not in."""
 
     source: str
     tokens: list[int] = field(default_factory=list)
     estimates: list[float] = field(default_factory=list)
     drafter_ran: bool = False
+    situation: str = "none"  # what the free sources offered before the drafter: "free" (a draft) or "none"
 
 
 def drafter_estimates(logits: torch.Tensor) -> list[float]:
@@ -190,6 +196,8 @@ class CostAwareDraft:
     request of the job."""
 
     variable_drafts = True  # the loop records every step that sent a draft, whatever its length
+    MIN_STEPS = 4  # measured steps of an arm in a situation before its mean replaces the model's
+    clock = staticmethod(time.perf_counter)  # seconds (a test's simulated clock replaces it)
 
     def __init__(self, neural=None, free: dict | None = None, drafts_per_step: int | None = None,
                  probe_every: int = 16, costs: CostCurve | None = None):
@@ -199,7 +207,6 @@ class CostAwareDraft:
         self.free = dict(free or {})
         self._aux_layer_ids = neural.aux_layer_ids if neural is not None else None
         self.use_drafter = neural is not None  # in the current request (``plan``)
-        self.request_gain: float | None = None  # what the drafter's runs gained in the current request
         self.benched_requests = 0  # requests left before the next that probes a drafter whose runs did not pay
         self.bench_length = 1
         self.requests = self.plain_requests = 0
@@ -208,10 +215,9 @@ class CostAwareDraft:
         self.probe_every = probe_every
         self.costs = costs
         self.calibration = Calibration()
-        # the drafter's average step value by what the step before was ("accepted", "rejected", "plain")
-        self.value: dict[str, tuple[float, float] | None] = {"accepted": None, "rejected": None, "plain": None}
+        # the steps measured, by (situation, whether the drafter ran): [steps, tokens, seconds]
+        self.measured: dict[tuple[str, bool], list[float]] = {}
         self.job_tokens, self.job_seconds = 0.0, 0.0  # the job's earlier requests: tokens, measured seconds
-        self.drafter_seconds: float | None = None  # its runs' average seconds (None: the curve's, before any)
         self.backoff = 0  # probes in a row whose draft was not sent
         self.sent_k, self.slots = float(self.drafts_per_step), self.drafts_per_step  # drafts sent lately; slots drafted
         self.chosen: dict[str, list[int]] = {}  # source -> [steps, tokens sent]
@@ -226,7 +232,6 @@ class CostAwareDraft:
         self.since_drafter = 0
         self.tokens_so_far, self.seconds_so_far = 0.0, 0.0
         self._t_last = 0.0  # when the latest step's proposal began
-        self.before = "plain"  # what the step before was
 
     @property
     def aux_layer_ids(self):
@@ -241,7 +246,6 @@ class CostAwareDraft:
         if self.costs is None:
             raise RuntimeError("a cost-aware decoder decodes only after its costs are measured (CostAwareDraft.costs)")
         self.use_drafter = self.neural is not None and self.benched_requests <= 0
-        self.request_gain = None
         if self.neural is not None and not self.use_drafter:
             self.benched_requests -= 1
         self.requests += 1
@@ -275,56 +279,49 @@ class CostAwareDraft:
         return max(plain, (t + 16) / (sec + 16 / plain))
 
     def _judge(self, anchor_pos: int) -> None:
-        """What the previous step's drafts became: calibration, the drafter's value, the rate."""
+        """What the previous step's drafts became: calibration, the measured steps, the rate."""
         prev_pos, choice = self.last
         if prev_pos < 0:
             return
         accepted = anchor_pos - prev_pos - 1
         for j, q in enumerate(choice.estimates[: accepted + 1]):
             self.calibration.observe(choice.source, j, q, j < accepted)
-        self.before = "plain" if not choice.tokens else "accepted" if accepted > 0 else "rejected"
+        seconds = self.clock() - self._t_last  # the step's wall time, drafting included
+        m = self.measured.setdefault((choice.situation, choice.drafter_ran), [0, 0, 0.0])
+        m[0], m[1], m[2] = m[0] + 1, m[1] + accepted + 1, m[2] + seconds
         self.tokens_so_far += accepted + 1
-        self.seconds_so_far += time.perf_counter() - self._t_last  # the step's wall time, drafting included
-
-    @property
-    def drafter_cost(self) -> float:
-        return self.costs.drafter if self.drafter_seconds is None else self.drafter_seconds
+        self.seconds_so_far += seconds
 
     def _probs(self, source: str, estimates: list[float]) -> list[float]:
         return [self.calibration.p(source, j, q) for j, q in enumerate(estimates)]
 
     def propose(self, anchor: int, anchor_pos: int, n: int) -> list[int]:
         self._judge(anchor_pos)
-        self._t_last = time.perf_counter()
+        self._t_last = self.clock()
         R = self.rate
         best = Choice("none")
-        best_value = 1.0 - R * self.costs.rows(1)  # a plain step
+        best_value, rival = 1.0 - R * self.costs.rows(1), (1.0, self.costs.rows(1))  # a plain step
         for name, d in self.free.items():
             d.advance(anchor, anchor_pos)
             tokens, estimates = d.best(min(n, d.drafts_per_step)) if n > 0 else ([], [])
-            k, v = best_prefix(self._probs(name, estimates), self.costs, R)
+            p = self._probs(name, estimates)
+            k, v = best_prefix(p, self.costs, R)
             if k > 0 and v > best_value:
                 best, best_value = Choice(name, tokens[:k], estimates[:k]), v
-        if self.use_drafter and n > 0 and self._drafter_pays(R, best_value):
-            t0 = time.perf_counter()
+                rival = (expected_tokens(p)[k], self.costs.rows(k + 1))
+        best.situation = situation = "none" if best.source == "none" else "free"
+        probe = self._probing(situation)
+        if self.use_drafter and n > 0 and (probe or self._measured_pays(R, situation, rival)):
             self.neural.flush()
             nd = self.neural.neural
-            slots = nd.drafts_per_step if self._probing() else self.slots  # a probe drafts the whole block
+            slots = nd.drafts_per_step if probe else self.slots  # a probe drafts the whole block
             tokens, logits = nd.drafter.draft(anchor, anchor_pos, nd.kv, min(n, nd.drafts_per_step, slots),
                                               return_logits=True, tables=nd.tables)
             estimates = drafter_estimates(logits)
-            seconds = time.perf_counter() - t0
-            self.drafter_seconds = seconds if self.drafter_seconds is None else 0.9 * self.drafter_seconds + 0.1 * seconds
-            p = self._probs("drafter", estimates)
-            k, v = best_prefix(p, self.costs, R)
-            e, c = expected_tokens(p)[k], self.costs.rows(k + 1)
-            avg = self.value[self.before]
-            self.value[self.before] = (e, c) if avg is None else (0.8 * avg[0] + 0.2 * e, 0.8 * avg[1] + 0.2 * c)
+            k, v = best_prefix(self._probs("drafter", estimates), self.costs, R)
             self.since_drafter, self.drafter_runs = 0, self.drafter_runs + 1
-            gain = max(0.0, v - best_value) - R * self.drafter_cost  # against what the step had without it
-            self.request_gain = gain + (self.request_gain or 0.0)
             if k > 0 and v > best_value:
-                best = Choice("drafter", tokens[:k], estimates[:k])
+                best = Choice("drafter", tokens[:k], estimates[:k], situation=situation)
                 self.backoff = 0
             else:
                 self.backoff = min(self.backoff + 1, 4)
@@ -343,27 +340,35 @@ class CostAwareDraft:
         return best.tokens
 
     def finish(self) -> None:
-        """After a request: a drafter whose runs did not pay in it, summed by their expected gain
-        (or that never ran), sits out the next requests, twice as many each time it is tried again
-        and still does not pay (at most 64)."""
+        """After a request: a drafter that pays in no situation by its measured steps sits out the
+        next requests, twice as many each time it is tried again and still does not pay (at most 64)."""
         if not self.use_drafter:
             return
-        if self.request_gain is not None and self.request_gain > 0:
+        R = self.rate
+        situations = {s for s, _ in self.measured} or {"none"}
+        if any(self._measured_pays(R, s, (1.0, self.costs.rows(1))) for s in situations):
             self.bench_length = 1
         else:
             self.benched_requests = self.bench_length
             self.bench_length = min(64, self.bench_length * 2)
 
-    def _probing(self) -> bool:
-        """Whether the drafter runs now whatever its value: no value yet after a step like the one
-        before, or ``probe_every`` steps (doubled per unsent probe) without it."""
-        return self.value[self.before] is None or self.since_drafter >= self.probe_every << self.backoff
+    def _probing(self, situation: str) -> bool:
+        """Whether the drafter runs now whatever its steps measured: fewer than ``MIN_STEPS`` of
+        them in ``situation``, or ``probe_every`` steps (doubled per unsent probe) without it."""
+        d = self.measured.get((situation, True))
+        return d is None or d[0] < self.MIN_STEPS or self.since_drafter >= self.probe_every << self.backoff
 
-    def _drafter_pays(self, R: float, best_free: float) -> bool:
-        if self._probing():
+    def _measured_pays(self, R: float, situation: str, rival: tuple[float, float]) -> bool:
+        """Whether the drafter's measured steps in ``situation`` (mean tokens minus ``R`` times mean
+        seconds) beat the steps without it there: theirs measured once there are ``MIN_STEPS``,
+        before that ``rival`` (the model's tokens and seconds of the best step without it). Too
+        few steps of the drafter's own: it pays (it must be measured)."""
+        d = self.measured.get((situation, True))
+        if d is None or d[0] < self.MIN_STEPS:
             return True
-        e, c = self.value[self.before]
-        return e - R * (c + self.drafter_cost) > best_free
+        o = self.measured.get((situation, False))
+        tokens, seconds = (o[1] / o[0], o[2] / o[0]) if o is not None and o[0] >= self.MIN_STEPS else rival
+        return d[1] / d[0] - R * d[2] / d[0] > tokens - R * seconds
 
     def record(self) -> dict:
         """What a results file says of the decoder's choices (``adaptive``)."""

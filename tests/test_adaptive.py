@@ -124,23 +124,35 @@ def test_a_cost_aware_decoder_needs_its_costs(verifier):
         decode(verifier, [1, 2, 3], 5, draft=d)
 
 
-def test_a_drafter_kept_short_by_a_cost_step_recovers_its_long_drafts(verifier):
-    """A verify forward whose cost steps up at two rows and stays flat after (as a CPU kernel's
-    switch does): two drafts do not pay, eight do. A drafter whose recent drafts were short drafts
-    short (two slots more than it sent); its probes draft the whole block, so it finds the long
-    drafts that pay and sends them, instead of staying short and sitting out."""
-    prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
-    full = decode(verifier, prompt, 60).new_token_ids
+def _simulated(decoder):
+    """The decoder on a clock that advances, each step, by the curve's cost of the rows it sent and
+    the drafter's forward when it ran: the seconds it measures are the cost model's."""
+    t = [0.0]
+    decoder.clock = lambda: t[0]
+    propose = decoder.propose
 
-    class Drafter:  # the verifier's own next tokens, the slots asked for, each estimated at 0.9
+    def step(anchor, anchor_pos, n):
+        out = propose(anchor, anchor_pos, n)
+        t[0] += decoder.costs.rows(len(out) + 1) + (decoder.costs.drafter if decoder.last[1].drafter_ran else 0.0)
+        return out
+
+    decoder.propose = step
+    return decoder
+
+
+def _oracle_drafter(full, prompt_len, estimate_logit=5.0):
+    """What LazyContext and CostAwareDraft read of a NeuralDraft, drafting the verifier's own next
+    tokens (``full``), the slots asked for, each estimated at about 0.9."""
+
+    class Drafter:
         def draft(self, anchor, anchor_pos, kv, n, return_logits=False, tables=None):
-            start = anchor_pos + 1 - len(prompt)
+            start = anchor_pos + 1 - prompt_len
             tokens = full[start:start + n]
             logits = torch.full((len(tokens), 4), 0.0)
-            logits[:, 0] = 5.0  # softmax max about 0.9
+            logits[:, 0] = estimate_logit  # softmax max about 0.9
             return tokens, logits
 
-    class Oracle:  # what LazyContext and CostAwareDraft read of a NeuralDraft
+    class Oracle:
         aux_layer_ids = None
         drafts_per_step, kv, tables, drafter = 8, None, None, Drafter()
 
@@ -150,13 +162,58 @@ def test_a_drafter_kept_short_by_a_cost_step_recovers_its_long_drafts(verifier):
         def add_context(self, aux, start):
             pass
 
+    return Oracle()
+
+
+def test_a_drafter_kept_short_by_a_cost_step_recovers_its_long_drafts(verifier):
+    """A verify forward whose cost steps up at two rows and stays flat after (as a CPU kernel's
+    switch does): two drafts do not pay, eight do. A drafter whose recent drafts were short drafts
+    short (two slots more than it sent); its probes draft the whole block, so it finds the long
+    drafts that pay and sends them, instead of staying short and sitting out."""
+    prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
+    full = decode(verifier, prompt, 60).new_token_ids
     costs = CostCurve((1.0, 3.0, 3.0, 3.05, 3.05, 3.05, 3.05, 3.05, 3.1), drafter=0.3)
-    d = CostAwareDraft(Oracle(), costs=costs)
+    d = _simulated(CostAwareDraft(_oracle_drafter(full, len(prompt)), costs=costs))
     d.sent_k, d.slots = 0.0, 2  # after a stretch of drafts not sent
     out = decode(verifier, prompt, 60, draft=d)
     assert out.new_token_ids == full
     assert d.chosen["drafter"][1] / d.chosen["drafter"][0] > 5  # long drafts, once a probe found them
     assert max(out.accepted_per_step) == 8
+
+
+@pytest.mark.parametrize("drafter_cost, runs_every_step", [(0.3, True), (40.0, False)])
+def test_the_drafter_runs_by_what_its_steps_measured(verifier, drafter_cost, runs_every_step):
+    """The same always-right drafter on a clock that charges its forward: cheap, it runs every step
+    once measured; costing 40 plain steps (its nine tokens a step cannot pay), it runs only for its
+    first measured steps and its probes, and sits out the next request."""
+    prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
+    full = decode(verifier, prompt, 120).new_token_ids
+    costs = CostCurve((1.0, 1.1, 1.1, 1.1, 1.2, 1.2, 1.2, 1.2, 1.2), drafter=drafter_cost)
+    d = _simulated(CostAwareDraft(_oracle_drafter(full, len(prompt)), costs=costs))
+    out = decode(verifier, prompt, 120, draft=d)
+    assert out.new_token_ids == full
+    steps = sum(n for n, _ in d.chosen.values())
+    if runs_every_step:
+        assert d.drafter_runs == steps and d.chosen["drafter"][1] / d.chosen["drafter"][0] > 5
+        assert d.benched_requests == 0
+    else:
+        assert d.drafter_runs < steps / 4 and d.chosen["none"][0] > 3 * d.chosen["drafter"][0]
+        assert d.benched_requests == 1 and not d.plan(prompt)  # benched: the next request is decoded plainly
+
+
+def test_the_drafter_pays_by_its_measured_steps_against_the_steps_without_it():
+    """By hand: the drafter's steps' mean tokens minus R times their mean seconds against the steps
+    without it in the same situation (measured once there are MIN_STEPS, the model's rival before)."""
+    d = CostAwareDraft(free={"ngram": NgramSource(NgramDraft(4, 2, 1))}, costs=CostCurve((0.004, 0.005)))
+    rival = (1.0, 0.004)  # a plain step by the curve: 1 - 100 * 0.004 = 0.6 at R = 100
+    assert d._measured_pays(100.0, "none", rival)  # not measured yet: it runs to be measured
+    d.measured[("none", True)] = [10, 30, 0.05]  # 3 tokens in 5 ms a step: 3 - 0.5 = 2.5
+    assert d._measured_pays(100.0, "none", rival)
+    d.measured[("none", True)] = [10, 30, 0.5]  # 3 tokens in 50 ms a step: 3 - 5 = -2
+    assert not d._measured_pays(100.0, "none", rival)
+    d.measured[("none", False)] = [4, 4, 0.2]  # plain steps measured at 50 ms: 1 - 5 = -4
+    assert d._measured_pays(100.0, "none", rival)
+    assert d._measured_pays(100.0, "free", rival)  # another situation: measured on its own
 
 
 def test_the_rate_is_the_jobs_measured_one_from_a_prior_at_plain_decodings():
