@@ -29,18 +29,22 @@ verifier has judged, never the one being drafted.
 A trained drafter costs a forward before its draft is known, so whether to run it is decided
 before, and by what its steps have measured rather than by the model: the tokens and wall seconds
 of each step are kept apart by the situation it began in (a free source offered a draft worth
-sending, or nothing did) and by whether the drafter ran. It runs when its steps' mean, valued at the
-current ``R`` (tokens minus ``R`` times seconds), beats the steps without it in the same situation:
-their measured mean once there are ``MIN_STEPS`` of them, before that the model's (a plain step, or
-the free source's draft, at the curve's cost; no overhead outside the forward, so the drafter must
-beat an optimistic rival). A drafter's step pays for what the model leaves out (its forward, the
-context handed to it, the loop's bookkeeping of a longer step) in the seconds measured; a model of
-its value from its own estimates did not see those and, estimated per step from few drafts, sat the
-drafter out where always drafting was faster (docs/speed.md). The drafter runs for its first
-``MIN_STEPS`` steps in a situation, and anyway after ``probe_every`` steps without it, a wait that
-doubles each time a probe's draft is not sent (up to 16 times), so that the means follow the text
-without a useless drafter costing a forward every few steps. Its context (the verifier's states of
-committed rows) is handed to it only when it drafts, all pending rows in one forward
+sending, or nothing did) and by whether the drafter ran; a step in which it ran but another draft
+(or none) was sent counts for the steps without it too, its seconds less the drafter's run (the
+same tokens would have come without it), so that those are measured while the drafter runs. It runs
+when its steps yield more tokens per second than the steps without it in the same situation: theirs
+measured once there are ``MIN_STEPS`` of them, before that the model's (a plain step, or the free
+source's draft, at the curve's cost; no overhead outside the forward, so the drafter must beat an
+optimistic rival). A rate, not the step's value at ``R``: the situation is the text's (where the
+free sources have nothing to offer, they have nothing however the stretch is crossed), so what
+counts is the seconds a token of it costs each way. A drafter's measured step pays for what the
+model leaves out (its forward, the context handed to it, the loop's bookkeeping of a longer step);
+a model of its value from its own estimates did not see those and, estimated per step from few
+drafts, sat the drafter out where always drafting was faster (docs/speed.md). The drafter runs for
+its first ``MIN_STEPS`` steps in a situation, and anyway after ``probe_every`` steps without it, a
+wait that doubles each time a probe's draft is not sent (up to 16 times), so that the means follow
+the text without a useless drafter costing a forward every few steps. Its context (the verifier's
+states of committed rows) is handed to it only when it drafts, all pending rows in one forward
 (``LazyContext``). A request after which the drafter pays in no situation benches it for the next
 requests (1, 2, 4, ... up to 64 after each such request; back to 1 after one where it pays): a
 request without it and without a free source is decoded by the plain loop (``plan``), at plain
@@ -173,6 +177,7 @@ class Choice:
     tokens: list[int] = field(default_factory=list)
     estimates: list[float] = field(default_factory=list)
     drafter_ran: bool = False
+    drafter_seconds: float = 0.0  # what its run took, context handed over included
     situation: str = "none"  # what the free sources offered before the drafter: "free" (a draft) or "none"
 
 
@@ -287,10 +292,15 @@ class CostAwareDraft:
         for j, q in enumerate(choice.estimates[: accepted + 1]):
             self.calibration.observe(choice.source, j, q, j < accepted)
         seconds = self.clock() - self._t_last  # the step's wall time, drafting included
-        m = self.measured.setdefault((choice.situation, choice.drafter_ran), [0, 0, 0.0])
-        m[0], m[1], m[2] = m[0] + 1, m[1] + accepted + 1, m[2] + seconds
+        self._measure(choice.situation, choice.drafter_ran, accepted + 1, seconds)
+        if choice.drafter_ran and choice.source != "drafter":  # the step without it: the same tokens, less its run
+            self._measure(choice.situation, False, accepted + 1, seconds - choice.drafter_seconds)
         self.tokens_so_far += accepted + 1
         self.seconds_so_far += seconds
+
+    def _measure(self, situation: str, ran: bool, tokens: int, seconds: float) -> None:
+        m = self.measured.setdefault((situation, ran), [0, 0, 0.0])
+        m[0], m[1], m[2] = m[0] + 1, m[1] + tokens, m[2] + seconds
 
     def _probs(self, source: str, estimates: list[float]) -> list[float]:
         return [self.calibration.p(source, j, q) for j, q in enumerate(estimates)]
@@ -311,7 +321,8 @@ class CostAwareDraft:
                 rival = (expected_tokens(p)[k], self.costs.rows(k + 1))
         best.situation = situation = "none" if best.source == "none" else "free"
         probe = self._probing(situation)
-        if self.use_drafter and n > 0 and (probe or self._measured_pays(R, situation, rival)):
+        if self.use_drafter and n > 0 and (probe or self._measured_pays(situation, rival)):
+            t0 = self.clock()
             self.neural.flush()
             nd = self.neural.neural
             slots = nd.drafts_per_step if probe else self.slots  # a probe drafts the whole block
@@ -319,6 +330,7 @@ class CostAwareDraft:
                                               return_logits=True, tables=nd.tables)
             estimates = drafter_estimates(logits)
             k, v = best_prefix(self._probs("drafter", estimates), self.costs, R)
+            run_seconds = self.clock() - t0
             self.since_drafter, self.drafter_runs = 0, self.drafter_runs + 1
             if k > 0 and v > best_value:
                 best = Choice("drafter", tokens[:k], estimates[:k], situation=situation)
@@ -328,7 +340,7 @@ class CostAwareDraft:
             # draft two slots more than the drafts sent lately: a slot past them costs a GRU step for nothing
             self.sent_k = 0.9 * self.sent_k + 0.1 * len(best.tokens if best.source == "drafter" else [])
             self.slots = max(2, math.ceil(self.sent_k) + 2)
-            best.drafter_ran = True
+            best.drafter_ran, best.drafter_seconds = True, run_seconds
         elif self.use_drafter:
             self.since_drafter += 1
         for d in self.free.values():
@@ -344,9 +356,8 @@ class CostAwareDraft:
         next requests, twice as many each time it is tried again and still does not pay (at most 64)."""
         if not self.use_drafter:
             return
-        R = self.rate
         situations = {s for s, _ in self.measured} or {"none"}
-        if any(self._measured_pays(R, s, (1.0, self.costs.rows(1))) for s in situations):
+        if any(self._measured_pays(s, (1.0, self.costs.rows(1))) for s in situations):
             self.bench_length = 1
         else:
             self.benched_requests = self.bench_length
@@ -358,17 +369,17 @@ class CostAwareDraft:
         d = self.measured.get((situation, True))
         return d is None or d[0] < self.MIN_STEPS or self.since_drafter >= self.probe_every << self.backoff
 
-    def _measured_pays(self, R: float, situation: str, rival: tuple[float, float]) -> bool:
-        """Whether the drafter's measured steps in ``situation`` (mean tokens minus ``R`` times mean
-        seconds) beat the steps without it there: theirs measured once there are ``MIN_STEPS``,
-        before that ``rival`` (the model's tokens and seconds of the best step without it). Too
-        few steps of the drafter's own: it pays (it must be measured)."""
+    def _measured_pays(self, situation: str, rival: tuple[float, float]) -> bool:
+        """Whether the drafter's measured steps in ``situation`` yield more tokens per second than
+        the steps without it there: theirs measured once there are ``MIN_STEPS``, before that
+        ``rival`` (the model's tokens and seconds of the best step without it). Too few steps of
+        the drafter's own: it pays (it must be measured)."""
         d = self.measured.get((situation, True))
         if d is None or d[0] < self.MIN_STEPS:
             return True
         o = self.measured.get((situation, False))
         tokens, seconds = (o[1] / o[0], o[2] / o[0]) if o is not None and o[0] >= self.MIN_STEPS else rival
-        return d[1] / d[0] - R * d[2] / d[0] > tokens - R * seconds
+        return d[1] / d[2] > tokens / seconds
 
     def record(self) -> dict:
         """What a results file says of the decoder's choices (``adaptive``)."""

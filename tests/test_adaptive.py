@@ -124,32 +124,37 @@ def test_a_cost_aware_decoder_needs_its_costs(verifier):
         decode(verifier, [1, 2, 3], 5, draft=d)
 
 
-def _simulated(decoder):
-    """The decoder on a clock that advances, each step, by the curve's cost of the rows it sent and
-    the drafter's forward when it ran: the seconds it measures are the cost model's."""
+def _simulated(full, prompt_len, costs):
+    """A cost-aware decoder over ``_oracle_drafter`` on a clock that advances by the curve's cost of
+    the rows each step sent and by the drafter's forward when it runs: the seconds it measures are
+    the cost model's."""
     t = [0.0]
+    decoder = CostAwareDraft(_oracle_drafter(full, prompt_len, t, costs.drafter), costs=costs)
     decoder.clock = lambda: t[0]
     propose = decoder.propose
 
     def step(anchor, anchor_pos, n):
         out = propose(anchor, anchor_pos, n)
-        t[0] += decoder.costs.rows(len(out) + 1) + (decoder.costs.drafter if decoder.last[1].drafter_ran else 0.0)
+        t[0] += decoder.costs.rows(len(out) + 1)
         return out
 
     decoder.propose = step
     return decoder
 
 
-def _oracle_drafter(full, prompt_len, estimate_logit=5.0):
+def _oracle_drafter(full, prompt_len, clock=None, seconds=0.0):
     """What LazyContext and CostAwareDraft read of a NeuralDraft, drafting the verifier's own next
-    tokens (``full``), the slots asked for, each estimated at about 0.9."""
+    tokens (``full``), the slots asked for, each estimated at about 0.9; each draft advances a
+    simulated ``clock`` (a one-item list) by ``seconds``."""
 
     class Drafter:
         def draft(self, anchor, anchor_pos, kv, n, return_logits=False, tables=None):
+            if clock is not None:
+                clock[0] += seconds
             start = anchor_pos + 1 - prompt_len
             tokens = full[start:start + n]
             logits = torch.full((len(tokens), 4), 0.0)
-            logits[:, 0] = estimate_logit  # softmax max about 0.9
+            logits[:, 0] = 5.0  # softmax max about 0.9
             return tokens, logits
 
     class Oracle:
@@ -173,7 +178,7 @@ def test_a_drafter_kept_short_by_a_cost_step_recovers_its_long_drafts(verifier):
     prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
     full = decode(verifier, prompt, 60).new_token_ids
     costs = CostCurve((1.0, 3.0, 3.0, 3.05, 3.05, 3.05, 3.05, 3.05, 3.1), drafter=0.3)
-    d = _simulated(CostAwareDraft(_oracle_drafter(full, len(prompt)), costs=costs))
+    d = _simulated(full, len(prompt), costs)
     d.sent_k, d.slots = 0.0, 2  # after a stretch of drafts not sent
     out = decode(verifier, prompt, 60, draft=d)
     assert out.new_token_ids == full
@@ -189,7 +194,7 @@ def test_the_drafter_runs_by_what_its_steps_measured(verifier, drafter_cost, run
     prompt = _prompts(1, verifier.config.vocab_size, seed=5)[0]
     full = decode(verifier, prompt, 120).new_token_ids
     costs = CostCurve((1.0, 1.1, 1.1, 1.1, 1.2, 1.2, 1.2, 1.2, 1.2), drafter=drafter_cost)
-    d = _simulated(CostAwareDraft(_oracle_drafter(full, len(prompt)), costs=costs))
+    d = _simulated(full, len(prompt), costs)
     out = decode(verifier, prompt, 120, draft=d)
     assert out.new_token_ids == full
     steps = sum(n for n, _ in d.chosen.values())
@@ -202,18 +207,20 @@ def test_the_drafter_runs_by_what_its_steps_measured(verifier, drafter_cost, run
 
 
 def test_the_drafter_pays_by_its_measured_steps_against_the_steps_without_it():
-    """By hand: the drafter's steps' mean tokens minus R times their mean seconds against the steps
-    without it in the same situation (measured once there are MIN_STEPS, the model's rival before)."""
+    """By hand: the drafter's steps' tokens per second against the steps' without it in the same
+    situation (measured once there are MIN_STEPS, the model's rival before)."""
     d = CostAwareDraft(free={"ngram": NgramSource(NgramDraft(4, 2, 1))}, costs=CostCurve((0.004, 0.005)))
-    rival = (1.0, 0.004)  # a plain step by the curve: 1 - 100 * 0.004 = 0.6 at R = 100
-    assert d._measured_pays(100.0, "none", rival)  # not measured yet: it runs to be measured
-    d.measured[("none", True)] = [10, 30, 0.05]  # 3 tokens in 5 ms a step: 3 - 0.5 = 2.5
-    assert d._measured_pays(100.0, "none", rival)
-    d.measured[("none", True)] = [10, 30, 0.5]  # 3 tokens in 50 ms a step: 3 - 5 = -2
-    assert not d._measured_pays(100.0, "none", rival)
-    d.measured[("none", False)] = [4, 4, 0.2]  # plain steps measured at 50 ms: 1 - 5 = -4
-    assert d._measured_pays(100.0, "none", rival)
-    assert d._measured_pays(100.0, "free", rival)  # another situation: measured on its own
+    rival = (1.0, 0.004)  # a plain step by the curve: 250 tokens/s
+    assert d._measured_pays("none", rival)  # not measured yet: it runs to be measured
+    d.measured[("none", True)] = [10, 30, 0.05]  # 600 tokens/s
+    assert d._measured_pays("none", rival)
+    d.measured[("none", True)] = [10, 30, 0.5]  # 60 tokens/s
+    assert not d._measured_pays("none", rival)
+    d.measured[("none", False)] = [3, 3, 0.15]  # 20 tokens/s, but three steps: the rival still
+    assert not d._measured_pays("none", rival)
+    d.measured[("none", False)] = [4, 4, 0.2]  # four: measured
+    assert d._measured_pays("none", rival)
+    assert d._measured_pays("free", rival)  # another situation: measured on its own
 
 
 def test_the_rate_is_the_jobs_measured_one_from_a_prior_at_plain_decodings():
