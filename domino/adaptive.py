@@ -310,16 +310,16 @@ class CostAwareDraft:
         self._t_last = self.clock()
         R = self.rate
         best = Choice("none")
-        best_value, rival = 1.0 - R * self.costs.rows(1), (1.0, self.costs.rows(1))  # a plain step
+        best_value = 1.0 - R * self.costs.rows(1)  # a plain step
         for name, d in self.free.items():
             d.advance(anchor, anchor_pos)
             tokens, estimates = d.best(min(n, d.drafts_per_step)) if n > 0 else ([], [])
-            p = self._probs(name, estimates)
-            k, v = best_prefix(p, self.costs, R)
+            k, v = best_prefix(self._probs(name, estimates), self.costs, R)
             if k > 0 and v > best_value:
                 best, best_value = Choice(name, tokens[:k], estimates[:k]), v
-                rival = (expected_tokens(p)[k], self.costs.rows(k + 1))
         best.situation = situation = "none" if best.source == "none" else "free"
+        c = self.costs.rows(len(best.tokens) + 1)
+        rival = (best_value + R * c, c)  # the best step without the drafter: its expected tokens, its rows' seconds
         probe = self._probing(situation)
         if self.use_drafter and n > 0 and (probe or self._measured_pays(situation, rival)):
             t0 = self.clock()
@@ -363,22 +363,26 @@ class CostAwareDraft:
             self.benched_requests = self.bench_length
             self.bench_length = min(64, self.bench_length * 2)
 
+    def _steps(self, situation: str, ran: bool) -> list[float] | None:
+        """The measured steps (steps, tokens, seconds) of an arm in ``situation``; None: fewer than
+        ``MIN_STEPS``."""
+        m = self.measured.get((situation, ran))
+        return m if m is not None and m[0] >= self.MIN_STEPS else None
+
     def _probing(self, situation: str) -> bool:
         """Whether the drafter runs now whatever its steps measured: fewer than ``MIN_STEPS`` of
         them in ``situation``, or ``probe_every`` steps (doubled per unsent probe) without it."""
-        d = self.measured.get((situation, True))
-        return d is None or d[0] < self.MIN_STEPS or self.since_drafter >= self.probe_every << self.backoff
+        return self._steps(situation, True) is None or self.since_drafter >= self.probe_every << self.backoff
 
     def _measured_pays(self, situation: str, rival: tuple[float, float]) -> bool:
         """Whether the drafter's measured steps in ``situation`` yield more tokens per second than
         the steps without it there: theirs measured once there are ``MIN_STEPS``, before that
         ``rival`` (the model's tokens and seconds of the best step without it). Too few steps of
         the drafter's own: it pays (it must be measured)."""
-        d = self.measured.get((situation, True))
-        if d is None or d[0] < self.MIN_STEPS:
+        d, o = self._steps(situation, True), self._steps(situation, False)
+        if d is None:
             return True
-        o = self.measured.get((situation, False))
-        tokens, seconds = (o[1] / o[0], o[2] / o[0]) if o is not None and o[0] >= self.MIN_STEPS else rival
+        tokens, seconds = rival if o is None else (o[1], o[2])
         return d[1] / d[2] > tokens / seconds
 
     def record(self) -> dict:
