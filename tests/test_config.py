@@ -492,16 +492,20 @@ def test_the_card_is_named_from_the_verifier_unless_report_model_name_is_set(tmp
                              source=str(d))["report"]["model_name"] == "my-card"
 
 
-@pytest.mark.parametrize("case", ["wrong target", "stop id outside the vocabulary"])
+@pytest.mark.parametrize("case", ["wrong target", "stop id outside the vocabulary", "missing overlay file"])
 def test_snakemake_says_in_one_line_what_it_refuses_without_a_traceback(case, tmp_path):
     """A target no rule makes, with the targets a user asks for; a verifier folder whose config
-    names GPT-2's stop id beside a 256-token vocabulary: one line each, no traceback."""
+    names GPT-2's stop id beside a 256-token vocabulary; a --configfile file that does not exist,
+    which Snakemake reads before the workflow (the logger plugin's case): one line each, no traceback."""
     from conftest import copy_repo, run_snakemake
 
     repo = copy_repo(tmp_path)
     if case == "wrong target":
         out = run_snakemake(repo, "-n", "reports/model_crad.md", check=False)
         expected = "error: no rule makes reports/model_crad.md (targets: reports/model_card.md, all, "
+    elif case == "missing overlay file":
+        out = run_snakemake(repo, "-n", "reports/model_card.md", "--configfile", "config/smolm2.yaml", check=False)
+        expected = "config error: --configfile config/smolm2.yaml: no such file"
     else:
         own_verifier(repo / "own_verifier", eos=50256)
         out = run_snakemake(repo, "-n", "reports/model_card.md", "--configfile", "config/own-verifier.yaml",
