@@ -11,8 +11,7 @@ the log. The traceback goes to the log file, above that line, and not to the ter
 (``LOG_ONLY``; the workflow's profiles keep Snakemake from printing failed logs). A target no rule
 makes is refused in one line too (``missing_target_line``), and so is what Snakemake fails on
 before it reads the workflow, such as a ``--configfile`` file that does not exist
-(``before_workflow_line``, through the Snakemake logger plugin the default profile names,
-``snakemake_logger_plugin_domino``).
+(the Snakemake logger plugin the default profile names, ``snakemake_logger_plugin_domino``).
 """
 
 from __future__ import annotations
@@ -90,25 +89,6 @@ def missing_target_line(message: str, targets: list[str]) -> str | None:
     if not m:
         return None
     return f"error: no rule makes {m.group(1)} (targets: {', '.join(targets)})"
-
-
-TRACEBACK = "Traceback (most recent call last):"
-
-
-def before_workflow_line(message: str) -> str | None:
-    """The one line for an error Snakemake prints with a Python traceback (its own, raised before
-    the workflow is read): a missing ``--configfile`` file named as such, any other error its
-    exception's line; None for a message without a traceback (Snakemake's one-line errors and
-    the workflow's own stay as they are). ``snakemake --verbose`` still prints the traceback."""
-    if TRACEBACK not in message:
-        return None
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    last = lines[-1]
-    missing = re.match(r"FileNotFoundError: \[Errno 2\] No such file or directory: '(.*)'$", last)
-    if missing and "load_configfile" in message:
-        return (f"config error: --configfile {missing.group(1)}: no such file (a relative path is read "
-                "from the directory snakemake starts in)")
-    return f"error: {last} (snakemake --verbose prints the traceback)"
 
 
 def error_line(stage: str, err: BaseException) -> str:

@@ -214,7 +214,7 @@ def test_an_error_snakemake_prints_with_a_traceback_is_one_line():
     """What the logger plugin (snakemake_logger_plugin_domino) rewrites: Snakemake's message for a
     missing --configfile file names the file; another traceback keeps its last line; a message
     without a traceback is left alone."""
-    from domino.logs import before_workflow_line
+    from snakemake_logger_plugin_domino import before_workflow_line
 
     missing = ("Traceback (most recent call last):\n\n  File \".../configfile.py\", line 38, in load_configfile\n"
                "    config = _load_configfile(configpath)\n\nFileNotFoundError: [Errno 2] No such file or "
