@@ -226,6 +226,16 @@ def test_an_error_snakemake_prints_with_a_traceback_is_one_line():
     assert before_workflow_line("MissingRuleException:\nNo rule to produce x") is None
 
 
+def test_the_logger_plugin_imports_without_the_package():
+    """Snakemake imports every logger plugin on its path when it starts; one that imported domino
+    would stop Snakemake whenever another checkout's older package comes first on the path."""
+    code = ("import sys; sys.modules['domino'] = None; import snakemake_logger_plugin_domino as p; "
+            "from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry; "
+            "print('domino' in LoggerPluginRegistry().plugins)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stdout + out.stderr
+
+
 def test_every_entry_function_takes_the_config_and_the_declared_paths_by_name():
     import inspect
 
