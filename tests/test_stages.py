@@ -214,16 +214,16 @@ def test_an_error_snakemake_prints_with_a_traceback_is_one_line():
     """What the logger plugin (snakemake_logger_plugin_domino) rewrites: Snakemake's message for a
     missing --configfile file names the file; another traceback keeps its last line; a message
     without a traceback is left alone."""
-    from snakemake_logger_plugin_domino import before_workflow_line
+    from snakemake_logger_plugin_domino import traceback_line
 
     missing = ("Traceback (most recent call last):\n\n  File \".../configfile.py\", line 38, in load_configfile\n"
                "    config = _load_configfile(configpath)\n\nFileNotFoundError: [Errno 2] No such file or "
                "directory: 'config/smolm2.yaml'\n")
-    assert before_workflow_line(missing) == ("config error: --configfile config/smolm2.yaml: no such file (a "
+    assert traceback_line(missing) == ("config error: --configfile config/smolm2.yaml: no such file (a "
                                              "relative path is read from the directory snakemake starts in)")
     other = "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nValueError: bad value\n"
-    assert before_workflow_line(other) == "error: ValueError: bad value (snakemake --verbose prints the traceback)"
-    assert before_workflow_line("MissingRuleException:\nNo rule to produce x") is None
+    assert traceback_line(other) == "error: ValueError: bad value (snakemake --verbose prints the traceback)"
+    assert traceback_line("MissingRuleException:\nNo rule to produce x") is None
 
 
 def test_the_logger_plugin_imports_without_the_package():
