@@ -146,3 +146,54 @@ def test_compare_acceptance_pairs_two_runs_prompt_by_prompt(tmp_path, capsys):
     write("c", 1, [[1, 2, 3]] * 3 + [[1, 2, 4]])
     with pytest.raises(SystemExit, match="plain greedy's answers differ on 1 prompts"):
         ca.main([str(tmp_path / "a"), str(tmp_path / "c")])
+
+
+def test_replay_free_replays_the_jobs_model_free_rows_step_for_step(micro_run, tmp_path, capsys):
+    """The lookup's and the suffix cache's recorded steps come back from the answers alone (each
+    answer's last step aside); other settings and the cost rule replay beside them. A row whose
+    recorded steps are not its replay's (here one accepted count changed) is named and fails the run."""
+    from domino.io import read_json, write_json
+    from domino.tools import replay_free
+
+    folder = micro_run / "results" / "benchmark" / "humaneval"
+    assert replay_free.main([str(folder), "--suffix", "max_spec_factor=1.0,min_token_prob=0.1",
+                             "--ngram", "max_n=3", "--cost-aware"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("as recorded") == 2 and "DIFFER" not in out, out
+    for row in ("suffix max_spec_factor=1.0,min_token_prob=0.1, cost rule", "ngram max_n=3",
+                "suffix (the hybrid's settings), cost rule"):
+        assert row in out, row
+
+    copy = tmp_path / "humaneval"
+    copy.mkdir()
+    for f in folder.glob("*.json"):
+        (copy / f.name).write_bytes(f.read_bytes())
+    suffix = read_json(copy / "suffix.json", sealed=True)
+    steps = next(p["accepted_per_step"] for p in suffix["prompts"] if len(p["accepted_per_step"]) > 1)
+    steps[0] += 1
+    suffix.pop("content_sha256")
+    write_json(copy / "suffix.json", suffix, seal=True)
+    assert replay_free.main([str(copy)]) == 1
+    assert "suffix (the job's)       " in capsys.readouterr().out
+
+
+def test_replay_free_takes_a_later_turn_after_every_tasks_earlier_one(tmp_path):
+    """Two tasks of two turns: the job decodes both first turns, then both second turns (the suffix
+    cache has learnt three answers when it drafts the last), and the replay takes them so."""
+    from domino.io import write_json
+    from domino.tools.replay_free import load_job, recorded_steps
+
+    def task(i):
+        return {"turns": [{"prompt_token_ids": [i, t], "new_token_ids": [10 * i + t], "accepted_per_step": [t]}
+                          for t in range(2)]}
+
+    costs = {"verify_seconds": [1.0, 1.5], "drafter_seconds": None, "context_tokens": 4}
+    job = tmp_path / "mt-bench"
+    job.mkdir()
+    write_json(job / "ngram.json", {"decoder": {"kind": "ngram"}, "prompts": [task(1), task(2)]}, seal=True)
+    with pytest.raises(SystemExit, match="holds no cost-aware row, so no cost curve"):
+        load_job(job)
+    write_json(tmp_path / "hybrid.json", {"adaptive": {"costs": costs}, "prompts": []}, seal=True)
+    rows, curve, pairs = load_job(job, tmp_path / "hybrid.json")  # another job's curve (--costs)
+    assert [p for p, _ in pairs] == [[1, 0], [2, 0], [1, 1], [2, 1]] and [a for _, a in pairs] == [[10], [20], [11], [21]]
+    assert recorded_steps(rows["ngram"]) == [[0], [0], [1], [1]] and curve.rows(2) == 1.5

@@ -1,0 +1,194 @@
+"""The model-free decoders replayed over a benchmark job's answers at the job's measured costs: how
+the n-gram lookup or the suffix cache would decode with other settings, or under the cost rule
+(``domino.adaptive``), without running the verifier.
+
+In greedy decoding every row's answer is plain greedy's, token for token (the job checks it in
+float32), so what a model-free decoder drafts and how many of its drafts the verifier accepts
+follow from the answers alone: the replay feeds each prompt and its answer to the decoder in the
+job's order (every task's first turn, then every task's second; the suffix cache learning each
+answer after its prompt, as in the job) and accepts the longest prefix of each draft that the
+answer continues with. The rows the job decoded (``ngram``, ``suffix``) are replayed first with
+their recorded settings, and their steps compared with the recorded ones: all equal, but for each
+answer's last step, whose drafts past the token budget the job verified and the replay cannot.
+
+Time is a model, not a measurement: a step costs the job's cost curve at its rows (a cost-aware
+row's ``adaptive.costs``, measured before the timed decodes), plus its drafting (timed here, the
+same code on this machine), plus the loop's seconds outside both, one constant per step fitted to
+the n-gram row's measured seconds; plain decoding costs the job's measured plain seconds. The
+speedups it prints are for choosing which settings to measure; the benchmark's are the figures
+(the recorded rows' modelled and measured speedups are printed side by side).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from ..adaptive import CostAwareDraft, CostCurve, SuffixSource
+from ..decode import NgramDraft
+from ..io import read_json
+from ..suffix import SuffixDraft
+from . import tool_parser
+
+
+def load_job(folder: Path, costs_from: Path | None = None) -> tuple[dict, CostCurve, list[tuple[list[int], list[int]]]]:
+    """A suite's results folder -> its rows' results, the job's cost curve (or that of the
+    cost-aware row's results file ``costs_from``) and its (prompt, answer) pairs in the order the
+    job decoded them."""
+    rows = {p.stem: read_json(p, "benchmark results", sealed=True) for p in sorted(folder.glob("*.json"))}
+    sources = [read_json(costs_from, "benchmark results", sealed=True)] if costs_from else rows.values()
+    curves = [r["adaptive"]["costs"] for r in sources if (r.get("adaptive") or {}).get("costs")]
+    if not curves:
+        raise SystemExit(f"replay_free: {costs_from or folder} holds no cost-aware row, so no cost curve "
+                         "(benchmark.cost_aware.checkpoint null); decode one, or name another job's with --costs")
+    if "ngram" not in rows:
+        raise SystemExit(f"replay_free: {folder} holds no ngram row (benchmark.ngram.enabled false); the loop's "
+                         "seconds outside its forwards are fitted to it")
+    c = curves[0]
+    costs = CostCurve(tuple(c["verify_seconds"]), c["drafter_seconds"], c["context_tokens"])
+    records = rows["ngram"]["prompts"]
+    if "turns" in records[0]:  # every task's first turn, then every task's second (domino.bench.job)
+        pairs = [(r["turns"][t]["prompt_token_ids"], r["turns"][t]["new_token_ids"])
+                 for t in range(len(records[0]["turns"])) for r in records]
+    else:
+        pairs = [(r["prompt_token_ids"], r["new_token_ids"]) for r in records]
+    return rows, costs, pairs
+
+
+def recorded_steps(result: dict) -> list[list[int]]:
+    """A row's accepted drafts per recorded step, per prompt, in the replay's order."""
+    records = result["prompts"]
+    if "turns" in records[0]:
+        return [r["turns"][t]["accepted_per_step"] for t in range(len(records[0]["turns"])) for r in records]
+    return [r["accepted_per_step"] for r in records]
+
+
+def replay(draft, pairs, costs: CostCurve) -> dict:
+    """``draft`` decoding every (prompt, answer) of ``pairs`` in order: its recorded steps (the
+    drafts accepted, per prompt, as ``domino.decode`` records them), every step's rows and the
+    seconds its drafting took here."""
+    clock = [0.0]
+    if isinstance(draft, CostAwareDraft):  # its measured steps: the model's seconds, not this replay's
+        draft.costs, draft.clock = costs, (lambda: clock[0])
+    per_prompt, rows, draft_seconds = [], [], 0.0
+    for prompt, answer in pairs:
+        if hasattr(draft, "plan"):
+            draft.plan(list(prompt))
+        draft.reset(list(prompt))
+        anchor, pos, i, steps = answer[0], len(prompt), 0, []
+        while i < len(answer) - 1:
+            t0 = time.perf_counter()
+            drafts = draft.propose(anchor, pos, draft.drafts_per_step)
+            draft_seconds += time.perf_counter() - t0
+            c = 0
+            while c < len(drafts) and i + 1 + c < len(answer) and drafts[c] == answer[i + 1 + c]:
+                c += 1
+            clock[0] += costs.rows(len(drafts) + 1)
+            rows.append(len(drafts) + 1)
+            if drafts:
+                steps.append(c)
+            i += c + 1
+            if i < len(answer):
+                anchor, pos = answer[i], pos + c + 1
+        if hasattr(draft, "finish"):
+            draft.finish()
+        if hasattr(draft, "learn"):
+            draft.learn(list(answer))
+        per_prompt.append(steps)
+    return {"steps": per_prompt, "rows": rows, "draft_seconds": draft_seconds}
+
+
+def modelled_seconds(r: dict, costs: CostCurve, overhead: float) -> float:
+    return sum(costs.rows(k) for k in r["rows"]) + r["draft_seconds"] + overhead * len(r["rows"])
+
+
+def acceptance_length(steps: list[list[int]]) -> float:
+    n = sum(len(s) for s in steps)
+    return (sum(map(sum, steps)) + n) / n if n else 1.0
+
+
+def same_but_last(a: list[list[int]], b: list[list[int]]) -> bool:
+    return len(a) == len(b) and all(x[:-1] == y[:-1] for x, y in zip(a, b))
+
+
+def _settings(text: str) -> dict:
+    out = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        out[key.strip()] = float(value) if "." in value else int(value)
+    return out
+
+
+def suffix_draft(s: dict) -> SuffixDraft:
+    return SuffixDraft(s["drafts"], s["max_depth"], s["max_spec_factor"], s["max_spec_offset"], s["min_token_prob"])
+
+
+def parser():
+    p = tool_parser("replay_free", __doc__)
+    p.add_argument("folder", type=Path, help="a suite's results folder, e.g. results/benchmark/humaneval")
+    p.add_argument("--suffix", action="append", default=[], metavar="KEY=VALUE,...",
+                   help="a suffix cache with these keys of the job's suffix settings replaced (one row each)")
+    p.add_argument("--ngram", action="append", default=[], metavar="KEY=VALUE,...",
+                   help="an n-gram lookup with these keys of the job's lookup settings replaced (one row each)")
+    p.add_argument("--costs", type=Path, default=None,
+                   help="a cost-aware row's results file whose cost curve to use (default: the folder's own)")
+    p.add_argument("--cost-aware", action="store_true",
+                   help="each suffix row also under the cost rule (domino.adaptive), alone: the hybrid row without its drafter")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    rows, costs, pairs = load_job(args.folder, args.costs)
+    ng = rows["ngram"]
+    ng_settings = dict(ng["decoder"]["settings"])
+    suffix_settings = dict(rows["suffix"]["decoder"]["settings"]) if "suffix" in rows else None
+
+    base = replay(NgramDraft(ng_settings["drafts"], ng_settings["max_n"], ng_settings["min_n"]), pairs, costs)
+    plain = ng["summary"]["plain_seconds"]
+    free = ng["summary"]["seconds"] - modelled_seconds(base, costs, 0.0)
+    overhead = free / len(base["rows"])
+    print(f"{args.folder}: {len(pairs)} answers, {sum(len(a) for _, a in pairs)} tokens; one verify row "
+          f"{costs.rows(1) * 1e3:.2f} ms, {len(costs.verify)} rows {costs.verify[-1] * 1e3:.2f} ms; the loop outside "
+          f"forwards and drafting {overhead * 1e3:.2f} ms a step (fitted to the ngram row)")
+    print(f"{'row':34s} {'steps':>6s} {'accept len':>10s} {'speedup (model)':>15s} {'measured':>9s}  replayed steps")
+    ok = True
+
+    def show(name, r, recorded=None):
+        nonlocal ok
+        speed = plain / modelled_seconds(r, costs, overhead)
+        measured, check = "", ""
+        if recorded is not None:
+            same = same_but_last(r["steps"], recorded_steps(recorded))
+            ok &= same
+            measured = f"{recorded['summary']['speedup']:.3f}"
+            check = "as recorded" if same else "DIFFER from the recorded"
+        print(f"{name:34s} {sum(map(len, r['steps'])):6d} {acceptance_length(r['steps']):10.3f} {speed:15.3f} "
+              f"{measured:>9s}  {check}")
+
+    show("ngram (the job's)", base, ng)
+    if suffix_settings is not None:
+        show("suffix (the job's)", replay(suffix_draft(suffix_settings), pairs, costs), rows["suffix"])
+    for text in args.ngram:
+        s = ng_settings | _settings(text)
+        show(f"ngram {text}", replay(NgramDraft(s["drafts"], s["max_n"], s["min_n"]), pairs, costs))
+    variants = [(f"suffix {text}", _settings(text)) for text in args.suffix]
+    if args.cost_aware and suffix_settings is not None:
+        hybrid = (rows.get("hybrid") or {}).get("decoder", {}).get("settings", {}).get("suffix")
+        variants.insert(0, ("suffix (the hybrid's settings)", dict(hybrid or {})))
+    if suffix_settings is None and variants:
+        raise SystemExit(f"replay_free: {args.folder} holds no suffix row, whose settings a suffix row replaces")
+    for name, changed in variants:
+        s = suffix_settings | changed
+        if not name.startswith("suffix (the hybrid"):
+            show(name, replay(suffix_draft(s), pairs, costs))
+        if args.cost_aware:
+            show(f"{name}, cost rule", replay(CostAwareDraft(None, {"suffix": SuffixSource(suffix_draft(s))}), pairs, costs))
+    if not ok:
+        print("replay_free: a recorded row's steps differ from its replay: the answers are not its own", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
