@@ -122,7 +122,8 @@ def _build_ngram_then(spec: DecoderSpec, neural):
     return LookupThenDraft(neural, spec.settings["max_n"], spec.settings["min_n"])
 
 
-def _suffix(s: dict):
+def suffix_draft(s: dict):
+    """The suffix cache of a row's settings (``benchmark.suffix``'s keys but ``enabled``)."""
     from .suffix import SuffixDraft
     return SuffixDraft(s["drafts"], s["max_depth"], s["max_spec_factor"], s["max_spec_offset"], s["min_token_prob"])
 
@@ -135,7 +136,7 @@ def _build_adaptive(spec: DecoderSpec, neural):
 def _build_hybrid(spec: DecoderSpec, neural):
     from .adaptive import CostAwareDraft, NgramSource, SuffixSource
     s = spec.settings
-    free = {"suffix": lambda: SuffixSource(_suffix(s["suffix"])),
+    free = {"suffix": lambda: SuffixSource(suffix_draft(s["suffix"])),
             "ngram": lambda: NgramSource(_build_ngram(DecoderSpec("", "ngram", s["ngram"]), None))}
     return CostAwareDraft(neural, {name: free[name]() for name in s["free"]}, probe_every=s["probe_every"])
 
@@ -157,7 +158,7 @@ def _describe_suffix(s: dict) -> str:
 KINDS: dict[str, Kind] = {
     "ngram": Kind(_ngram_rows, "n-gram lookup, no training", True, _build_ngram, sections=("benchmark.ngram",),
                   describe=_describe_ngram),
-    "suffix": Kind(_suffix_rows, "suffix cache, no training", True, lambda spec, n: _suffix(spec.settings),
+    "suffix": Kind(_suffix_rows, "suffix cache, no training", True, lambda spec, n: suffix_draft(spec.settings),
                    sections=("benchmark.suffix",), describe=_describe_suffix),
     "ngram-then": Kind(_ngram_then_rows, "n-gram lookup, then {checkpoint}", False, _build_ngram_then,
                        every_step=True, sections=("benchmark.ngram",)),

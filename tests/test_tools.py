@@ -164,6 +164,11 @@ def test_replay_free_replays_the_jobs_model_free_rows_step_for_step(micro_run, t
                 "suffix (the hybrid's settings), cost rule"):
         assert row in out, row
 
+    with pytest.raises(SystemExit, match="'max_spec' is not one of the suffix settings drafts, max_depth"):
+        replay_free.main([str(folder), "--suffix", "max_spec=2"])
+    with pytest.raises(SystemExit, match="max_n takes an integer, not '2.5'"):
+        replay_free.main([str(folder), "--ngram", "max_n=2.5"])
+
     copy = tmp_path / "humaneval"
     copy.mkdir()
     for f in folder.glob("*.json"):
@@ -171,10 +176,10 @@ def test_replay_free_replays_the_jobs_model_free_rows_step_for_step(micro_run, t
     suffix = read_json(copy / "suffix.json", sealed=True)
     steps = next(p["accepted_per_step"] for p in suffix["prompts"] if len(p["accepted_per_step"]) > 1)
     steps[0] += 1
-    suffix.pop("content_sha256")
     write_json(copy / "suffix.json", suffix, seal=True)
     assert replay_free.main([str(copy)]) == 1
-    assert "suffix (the job's)       " in capsys.readouterr().out
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("suffix (the job's)"))
+    assert line.endswith("DIFFER from the recorded")
 
 
 def test_replay_free_takes_a_later_turn_after_every_tasks_earlier_one(tmp_path):

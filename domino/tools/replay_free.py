@@ -16,7 +16,9 @@ row's ``adaptive.costs``, measured before the timed decodes), plus its drafting 
 same code on this machine), plus the loop's seconds outside both, one constant per step fitted to
 the n-gram row's measured seconds; plain decoding costs the job's measured plain seconds. The
 speedups it prints are for choosing which settings to measure; the benchmark's are the figures
-(the recorded rows' modelled and measured speedups are printed side by side).
+(the recorded rows' modelled and measured speedups are printed side by side). Its acceptance
+length counts only the drafts inside each answer, so it runs a little below the job's, which also
+counts drafts past the token budget that the verifier accepted.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from pathlib import Path
 
 from ..adaptive import CostAwareDraft, CostCurve, SuffixSource
 from ..decode import NgramDraft
+from ..decoders import suffix_draft
 from ..io import read_json
-from ..suffix import SuffixDraft
 from . import tool_parser
 
 
@@ -112,16 +114,21 @@ def same_but_last(a: list[list[int]], b: list[list[int]]) -> bool:
     return len(a) == len(b) and all(x[:-1] == y[:-1] for x, y in zip(a, b))
 
 
-def _settings(text: str) -> dict:
-    out = {}
+def changed(settings: dict, text: str, what: str) -> dict:
+    """``settings`` with the ``KEY=VALUE,...`` of ``text`` replaced (only keys it has, numbers only)."""
+    out = dict(settings)
     for part in filter(None, text.split(",")):
-        key, _, value = part.partition("=")
-        out[key.strip()] = float(value) if "." in value else int(value)
+        key, _, value = (x.strip() for x in part.partition("="))
+        if key not in settings or isinstance(settings[key], bool) or not isinstance(settings[key], (int, float)):
+            raise SystemExit(f"replay_free: --{what} {text}: {key!r} is not one of the {what} settings "
+                             f"{', '.join(k for k, v in settings.items() if type(v) in (int, float))}")
+        number = float if isinstance(settings[key], float) else int
+        try:
+            out[key] = number(value)
+        except ValueError:
+            raise SystemExit(f"replay_free: --{what} {text}: {key} takes {'a number' if number is float else 'an integer'}, "
+                             f"not {value!r}") from None
     return out
-
-
-def suffix_draft(s: dict) -> SuffixDraft:
-    return SuffixDraft(s["drafts"], s["max_depth"], s["max_spec_factor"], s["max_spec_offset"], s["min_token_prob"])
 
 
 def parser():
@@ -145,6 +152,15 @@ def main(argv=None) -> int:
     ng_settings = dict(ng["decoder"]["settings"])
     suffix_settings = dict(rows["suffix"]["decoder"]["settings"]) if "suffix" in rows else None
 
+    if suffix_settings is None and (args.suffix or args.cost_aware):
+        raise SystemExit(f"replay_free: {args.folder} holds no suffix row, whose settings --suffix and --cost-aware replace")
+    lookups = [(f"ngram {text}", changed(ng_settings, text, "ngram")) for text in args.ngram]
+    variants = [(f"suffix {text}", changed(suffix_settings, text, "suffix"), True) for text in args.suffix]
+    if args.cost_aware:  # the hybrid row's suffix source: under the cost rule only, as the hybrid uses it
+        hybrid = (rows.get("hybrid") or {}).get("decoder", {}).get("settings", {}).get("suffix")
+        variants.insert(0, ("suffix (the hybrid's settings)", suffix_settings | dict(hybrid or {}), False))
+    width = max([24] + [len(name) + 11 for name, *_ in lookups + variants])
+
     base = replay(NgramDraft(ng_settings["drafts"], ng_settings["max_n"], ng_settings["min_n"]), pairs, costs)
     plain = ng["summary"]["plain_seconds"]
     free = ng["summary"]["seconds"] - modelled_seconds(base, costs, 0.0)
@@ -152,7 +168,7 @@ def main(argv=None) -> int:
     print(f"{args.folder}: {len(pairs)} answers, {sum(len(a) for _, a in pairs)} tokens; one verify row "
           f"{costs.rows(1) * 1e3:.2f} ms, {len(costs.verify)} rows {costs.verify[-1] * 1e3:.2f} ms; the loop outside "
           f"forwards and drafting {overhead * 1e3:.2f} ms a step (fitted to the ngram row)")
-    print(f"{'row':34s} {'steps':>6s} {'accept len':>10s} {'speedup (model)':>15s} {'measured':>9s}  replayed steps")
+    print(f"{'row':{width}s} {'steps':>6s} {'accept len':>10s} {'speedup (model)':>15s} {'measured':>9s}  replayed steps")
     ok = True
 
     def show(name, r, recorded=None):
@@ -164,24 +180,16 @@ def main(argv=None) -> int:
             ok &= same
             measured = f"{recorded['summary']['speedup']:.3f}"
             check = "as recorded" if same else "DIFFER from the recorded"
-        print(f"{name:34s} {sum(map(len, r['steps'])):6d} {acceptance_length(r['steps']):10.3f} {speed:15.3f} "
+        print(f"{name:{width}s} {sum(map(len, r['steps'])):6d} {acceptance_length(r['steps']):10.3f} {speed:15.3f} "
               f"{measured:>9s}  {check}")
 
     show("ngram (the job's)", base, ng)
     if suffix_settings is not None:
         show("suffix (the job's)", replay(suffix_draft(suffix_settings), pairs, costs), rows["suffix"])
-    for text in args.ngram:
-        s = ng_settings | _settings(text)
-        show(f"ngram {text}", replay(NgramDraft(s["drafts"], s["max_n"], s["min_n"]), pairs, costs))
-    variants = [(f"suffix {text}", _settings(text)) for text in args.suffix]
-    if args.cost_aware and suffix_settings is not None:
-        hybrid = (rows.get("hybrid") or {}).get("decoder", {}).get("settings", {}).get("suffix")
-        variants.insert(0, ("suffix (the hybrid's settings)", dict(hybrid or {})))
-    if suffix_settings is None and variants:
-        raise SystemExit(f"replay_free: {args.folder} holds no suffix row, whose settings a suffix row replaces")
-    for name, changed in variants:
-        s = suffix_settings | changed
-        if not name.startswith("suffix (the hybrid"):
+    for name, s in lookups:
+        show(name, replay(NgramDraft(s["drafts"], s["max_n"], s["min_n"]), pairs, costs))
+    for name, s, alone in variants:
+        if alone:
             show(name, replay(suffix_draft(s), pairs, costs))
         if args.cost_aware:
             show(f"{name}, cost rule", replay(CostAwareDraft(None, {"suffix": SuffixSource(suffix_draft(s))}), pairs, costs))
