@@ -111,9 +111,9 @@ def _hybrid_rows(bench: dict, checkpoints) -> list[DecoderSpec]:
     return [DecoderSpec("hybrid", "hybrid", settings, ca["checkpoint"])]
 
 
-def _build_ngram(spec: DecoderSpec, neural):
+def ngram_draft(s: dict):
+    """The n-gram lookup of a row's settings (``benchmark.ngram``'s ``drafts``, ``max_n``, ``min_n``)."""
     from .decode import NgramDraft
-    s = spec.settings
     return NgramDraft(s["drafts"], s["max_n"], s["min_n"])
 
 
@@ -137,7 +137,7 @@ def _build_hybrid(spec: DecoderSpec, neural):
     from .adaptive import CostAwareDraft, NgramSource, SuffixSource
     s = spec.settings
     free = {"suffix": lambda: SuffixSource(suffix_draft(s["suffix"])),
-            "ngram": lambda: NgramSource(_build_ngram(DecoderSpec("", "ngram", s["ngram"]), None))}
+            "ngram": lambda: NgramSource(ngram_draft(s["ngram"]))}
     return CostAwareDraft(neural, {name: free[name]() for name in s["free"]}, probe_every=s["probe_every"])
 
 
@@ -156,7 +156,8 @@ def _describe_suffix(s: dict) -> str:
 
 # The registry, in the order a job's rows are listed: the model-free rows, then those over a checkpoint.
 KINDS: dict[str, Kind] = {
-    "ngram": Kind(_ngram_rows, "n-gram lookup, no training", True, _build_ngram, sections=("benchmark.ngram",),
+    "ngram": Kind(_ngram_rows, "n-gram lookup, no training", True, lambda spec, n: ngram_draft(spec.settings),
+                  sections=("benchmark.ngram",),
                   describe=_describe_ngram),
     "suffix": Kind(_suffix_rows, "suffix cache, no training", True, lambda spec, n: suffix_draft(spec.settings),
                    sections=("benchmark.suffix",), describe=_describe_suffix),

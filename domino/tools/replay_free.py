@@ -28,8 +28,7 @@ import time
 from pathlib import Path
 
 from ..adaptive import CostAwareDraft, CostCurve, SuffixSource
-from ..decode import NgramDraft
-from ..decoders import suffix_draft
+from ..decoders import ngram_draft, suffix_draft
 from ..io import read_json
 from . import tool_parser
 
@@ -49,21 +48,22 @@ def load_job(folder: Path, costs_from: Path | None = None) -> tuple[dict, CostCu
                          "seconds outside its forwards are fitted to it")
     c = curves[0]
     costs = CostCurve(tuple(c["verify_seconds"]), c["drafter_seconds"], c["context_tokens"])
-    records = rows["ngram"]["prompts"]
-    if "turns" in records[0]:  # every task's first turn, then every task's second (domino.bench.job)
-        pairs = [(r["turns"][t]["prompt_token_ids"], r["turns"][t]["new_token_ids"])
-                 for t in range(len(records[0]["turns"])) for r in records]
-    else:
-        pairs = [(r["prompt_token_ids"], r["new_token_ids"]) for r in records]
+    pairs = [(r["prompt_token_ids"], r["new_token_ids"]) for r in in_job_order(rows["ngram"])]
     return rows, costs, pairs
+
+
+def in_job_order(result: dict) -> list[dict]:
+    """A row's prompt records as the job decoded them: a suite of several turns every task's first
+    turn, then every task's second (``domino.bench.job``), each turn its own record."""
+    records = result["prompts"]
+    if "turns" not in records[0]:
+        return records
+    return [r["turns"][t] for t in range(len(records[0]["turns"])) for r in records]
 
 
 def recorded_steps(result: dict) -> list[list[int]]:
     """A row's accepted drafts per recorded step, per prompt, in the replay's order."""
-    records = result["prompts"]
-    if "turns" in records[0]:
-        return [r["turns"][t]["accepted_per_step"] for t in range(len(records[0]["turns"])) for r in records]
-    return [r["accepted_per_step"] for r in records]
+    return [r["accepted_per_step"] for r in in_job_order(result)]
 
 
 def replay(draft, pairs, costs: CostCurve) -> dict:
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
         variants.insert(0, ("suffix (the hybrid's settings)", suffix_settings | dict(hybrid or {}), False))
     width = max([24] + [len(name) + 11 for name, *_ in lookups + variants])
 
-    base = replay(NgramDraft(ng_settings["drafts"], ng_settings["max_n"], ng_settings["min_n"]), pairs, costs)
+    base = replay(ngram_draft(ng_settings), pairs, costs)
     plain = ng["summary"]["plain_seconds"]
     free = ng["summary"]["seconds"] - modelled_seconds(base, costs, 0.0)
     overhead = free / len(base["rows"])
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     if suffix_settings is not None:
         show("suffix (the job's)", replay(suffix_draft(suffix_settings), pairs, costs), rows["suffix"])
     for name, s in lookups:
-        show(name, replay(NgramDraft(s["drafts"], s["max_n"], s["min_n"]), pairs, costs))
+        show(name, replay(ngram_draft(s), pairs, costs))
     for name, s, alone in variants:
         if alone:
             show(name, replay(suffix_draft(s), pairs, costs))
