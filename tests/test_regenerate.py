@@ -242,3 +242,22 @@ def test_kept_answers_are_read_back_on_another_run_without_answering(model, stop
 def test_keep_answers_needs_the_shard_keys(tmp_path):
     with pytest.raises(rg.RegenerateError, match="records no shard keys"):
         rg.write_kept(tmp_path, {"train": ([{"id": "c0"}], {"conversations": 1})}, {})
+
+
+def test_keep_answers_names_the_commit_of_a_run_outside_a_checkout(tmp_path):
+    """A run directory outside any git checkout: the tool refuses in one line until --commit names
+    the commit its workflow ran at, which the manifest then records."""
+    from domino import io
+    from domino.tools import keep_answers
+
+    folder = tmp_path / "run" / "results" / "regenerate"
+    for split in ("train", "val"):
+        io.write_jsonl(folder / f"{split}.jsonl", [{"id": f"{split}0"}])
+        io.write_json(folder / f"{split}.json", {"conversations": 1, "verifier_dtype": "bfloat16",
+                                                  "shards": [{"key": "k", "conversations": 1}]}, seal=True)
+    args = ["--run", str(tmp_path / "run"), "--out", str(tmp_path / "kept")]
+    with pytest.raises(SystemExit, match="lies in no git checkout: name the commit .* with --commit"):
+        keep_answers.main(args)
+    keep_answers.main([*args, "--commit", "abc123"])
+    manifest = json.loads((tmp_path / "kept" / rg.KEPT_MANIFEST).read_text())
+    assert manifest["commit"] == "abc123" and manifest["splits"]["val"]["verifier_dtype"] == "bfloat16"

@@ -31,17 +31,22 @@ def parser():
     p = tool_parser("keep_answers", __doc__)
     p.add_argument("--run", required=True, help="a run directory whose regenerate jobs finished (results/regenerate/)")
     p.add_argument("--out", required=True, help="the folder to write answers.jsonl.gz and manifest.json into")
+    p.add_argument("--commit", help="the commit the run's workflow ran at (default: the checkout the run "
+                                    "directory lies in; needed where it lies outside one)")
     return p
 
 
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
     run = Path(args.run)
+    commit = args.commit or commit_of(run)
+    if commit is None:
+        raise SystemExit(f"keep_answers: {run} lies in no git checkout: name the commit its workflow ran at with --commit")
     splits = {}
     for split in ("train", "val"):
         rows = read_jsonl(run / "results" / "regenerate" / f"{split}.jsonl", what="regenerated answers")
         splits[split] = (rows, read_json(run / "results" / "regenerate" / f"{split}.json", "regenerate summary"))
-    m = write_kept(args.out, splits, {"commit": commit_of(run)})
+    m = write_kept(args.out, splits, {"commit": commit})
     counts = ", ".join(f"{s}: {v['conversations']} conversations" for s, v in m["splits"].items())
     print(f"kept {counts} in {Path(args.out) / m['file']} ({m['bytes'] / 2**20:.1f} MiB, sha256 {m['sha256'][:12]}...)")
 
