@@ -142,6 +142,7 @@ def validate_config(config: dict, schema: dict | None = None, checkout: str | Pa
         cfg["data"]["kept_answers"] = str((Path(checkout) / kept).resolve())  # read from the checkout
     if cfg["verifier"]["dtype"] == "auto":  # every job is given the dtype chosen here, never "auto"
         cfg["verifier"]["dtype"] = auto_dtype(cfg["device"], cpu_units())
+    cfg["data"]["kept_answers"] = kept_for_dtype(cfg["data"]["kept_answers"], cfg["verifier"]["dtype"])
     facts = verifier_facts(cfg, checkout)  # read once: the verifier's config and tokenizer files
     _fill_aux_layer_ids(cfg, facts)
     _cross_checks(cfg, facts)  # the base config first, so that its errors are named as its own
@@ -356,6 +357,17 @@ def merge(base: dict, overlay: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def kept_for_dtype(kept: str | None, dtype: str) -> str | None:
+    """``data.kept_answers`` for a verifier of ``dtype``: ``{dtype}`` in the path replaced by it, so
+    that one config names every dtype's kept answers and a host answers only where its dtype has none
+    (a folder without a manifest gives None: every shard answered). A path without ``{dtype}`` is
+    the folder itself."""
+    if kept is None or "{dtype}" not in kept:
+        return kept
+    folder = kept.replace("{dtype}", dtype)
+    return folder if (Path(folder).expanduser() / "manifest.json").is_file() else None  # regenerate.KEPT_MANIFEST
 
 
 def load_config(files: list[str | Path], checkout: str | Path | None = None) -> dict:

@@ -261,3 +261,16 @@ def test_keep_answers_names_the_commit_of_a_run_outside_a_checkout(tmp_path):
     keep_answers.main([*args, "--commit", "abc123"])
     manifest = json.loads((tmp_path / "kept" / rg.KEPT_MANIFEST).read_text())
     assert manifest["commit"] == "abc123" and manifest["splits"]["val"]["verifier_dtype"] == "bfloat16"
+
+
+def test_kept_answers_named_by_dtype_resolve_to_that_dtype_s_folder_or_none(tmp_path):
+    """``{dtype}`` in data.kept_answers: the folder of the verifier's dtype where it holds a
+    manifest, else None (answered again); a path without it is the folder as given."""
+    from domino.config import kept_for_dtype
+
+    (tmp_path / "kept-float32").mkdir()
+    (tmp_path / "kept-float32" / rg.KEPT_MANIFEST).write_text("{}")
+    named = str(tmp_path / "kept-{dtype}")
+    assert kept_for_dtype(named, "float32") == str(tmp_path / "kept-float32")
+    assert kept_for_dtype(named, "bfloat16") is None
+    assert kept_for_dtype(str(tmp_path / "other"), "bfloat16") == str(tmp_path / "other") and kept_for_dtype(None, "float32") is None

@@ -19,9 +19,9 @@ def test_the_overlays_are_named_relative_to_the_checkout_without_config_yaml(tmp
 
 
 def test_the_overlays_order_is_recorded_and_merged_as_given(tmp_path, monkeypatch):
-    """config/smollm2-quick.yaml after config/smollm2.yaml sets float32 over bf16: a directory made so
-    takes a later overlay that adds jobs, and refuses the same two overlays the other way round,
-    which would undo the quick profile's settings."""
+    """config/smollm2-quick.yaml after config/smollm2.yaml sets 800 conversations over 2,000: a
+    directory made so takes a later overlay that adds jobs, and refuses the same two overlays the
+    other way round, which would undo the quick profile's settings."""
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / ".domino-run.json"
     made = ["config/smollm2.yaml", "config/smollm2-quick.yaml"]
@@ -32,7 +32,7 @@ def test_the_overlays_order_is_recorded_and_merged_as_given(tmp_path, monkeypatc
     assert overlays_problem(added, load_config_files("config.yaml", *added), ROOT, marker) is None
     swapped = made[::-1]
     problem = overlays_problem(swapped, load_config_files("config.yaml", *swapped), ROOT, marker)
-    assert "data.samples: 800 -> 2000" in problem, problem  # (verifier.dtype too where auto picks bf16)
+    assert "data.samples: 800 -> 2000" in problem, problem
     # a directory recorded before the order was kept (a sorted list) takes the later overlay too
     marker.write_text(json.dumps(sorted(made)))
     assert overlays_problem(added, load_config_files("config.yaml", *added), ROOT, marker) is None
