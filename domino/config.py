@@ -26,7 +26,7 @@ import yaml
 from .bench.suites import PromptError, check_source
 from .checkpoints import REPLICATE
 from .decoders import RESERVED, RESERVED_PATTERNS
-from .host import auto_dtype, cpu_units, vllm_python_problem
+from .host import auto_dtype, cpu_units, kept_for_dtype, vllm_python_problem
 from .schema import ConfigError, card_model_name, load_schema
 from .verifier.facts import check_vocabulary_ids, default_aux_layer_ids, verifier_facts
 
@@ -357,17 +357,6 @@ def merge(base: dict, overlay: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def kept_for_dtype(kept: str | None, dtype: str) -> str | None:
-    """``data.kept_answers`` for a verifier of ``dtype``: ``{dtype}`` in the path replaced by it, so
-    that one config names every dtype's kept answers and a host answers only where its dtype has none
-    (a folder without a manifest gives None: every shard answered). A path without ``{dtype}`` is
-    the folder itself."""
-    if kept is None or "{dtype}" not in kept:
-        return kept
-    folder = kept.replace("{dtype}", dtype)
-    return folder if (Path(folder).expanduser() / "manifest.json").is_file() else None  # regenerate.KEPT_MANIFEST
 
 
 def load_config(files: list[str | Path], checkout: str | Path | None = None) -> dict:

@@ -1,8 +1,8 @@
 """What this machine is, read without torch (the workflow reads it when it plans a run): the CPU's
-matrix units, and the verifier dtype they make fast (``verifier.dtype: auto``); the free space of
-the temporary folder a run starts with; the interpreter the vLLM jobs run under (``vllm.python``)
-and the shell words that start it; where a SLURM job is submitted (``slurm``); whether the jobs
-run this checkout's package."""
+matrix units, the verifier dtype they make fast (``verifier.dtype: auto``) and the answers kept for
+that dtype (``data.kept_answers``); the free space of the temporary folder a run starts with; the
+interpreter the vLLM jobs run under (``vllm.python``) and the shell words that start it; where a
+SLURM job is submitted (``slurm``); whether the jobs run this checkout's package."""
 
 from __future__ import annotations
 
@@ -34,6 +34,17 @@ def auto_dtype(device: str, units: list[str]) -> str:
     (``BF16_UNITS``), float32 otherwise."""
     return "bfloat16" if device.startswith("cuda") or any(u in BF16_UNITS for u in units) else "float32"
 
+
+
+def kept_for_dtype(kept: str | None, dtype: str) -> str | None:
+    """``data.kept_answers`` for the dtype chosen here: ``{dtype}`` in the path replaced by it, so
+    that one config names every dtype's kept answers and a host answers only where its dtype has
+    none (a folder without a manifest gives None: every shard answered). A path without
+    ``{dtype}`` is the folder itself."""
+    if kept is None or "{dtype}" not in kept:
+        return kept
+    folder = kept.replace("{dtype}", dtype)
+    return folder if (Path(folder).expanduser() / "manifest.json").is_file() else None  # regenerate.KEPT_MANIFEST
 
 # The least free space in the temporary folder that a run starts with: Snakemake's scheduler
 # writes its job-selection problem there before any job (pulp's MPS file), and fails with a

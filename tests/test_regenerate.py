@@ -266,7 +266,7 @@ def test_keep_answers_names_the_commit_of_a_run_outside_a_checkout(tmp_path):
 def test_kept_answers_named_by_dtype_resolve_to_that_dtype_s_folder_or_none(tmp_path):
     """``{dtype}`` in data.kept_answers: the folder of the verifier's dtype where it holds a
     manifest, else None (answered again); a path without it is the folder as given."""
-    from domino.config import kept_for_dtype
+    from domino.host import kept_for_dtype
 
     (tmp_path / "kept-float32").mkdir()
     (tmp_path / "kept-float32" / rg.KEPT_MANIFEST).write_text("{}")
