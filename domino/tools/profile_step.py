@@ -3,7 +3,8 @@
 Decodes the first ``--prompts`` prompts of a finished run's benchmark
 (``results/benchmark/humaneval/baseline.json``) plain and with each trained checkpoint of the run
 (``results/train/*/checkpoint``), as the benchmark does (one process, the decoders in a
-rotating order), with a timer around each part of the speculative step:
+rotating order, the verifier in the benchmark's dtype unless ``--dtype``), with a timer around
+each part of the speculative step:
 
 * drafter forward   ``Drafter.backbone``: the draft layers over the block, context cache read
 * correction loop   the rest of ``Drafter.draft``: base logits, the Domino head slot by slot
@@ -138,6 +139,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-new-tokens", type=int, default=64, help="tokens per decode")
     add_threads_argument(ap)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                    help="the verifier's dtype (default: the one the run's benchmark decoded in)")
     return ap
 
 
@@ -153,13 +156,16 @@ def main(argv=None) -> None:
     verifier_dir = results / "verifier" / "model"
     if not verifier_dir.is_dir():
         raise SystemExit(f"{verifier_dir}: missing; the profile reads the embedded verifier of a run")
-    verifier = load_verifier(str(verifier_dir), device=args.device)
+    record = json.loads(baseline.read_text())
+    dtype = args.dtype or record["protocol"].get("verifier_dtype", "float32")
+    verifier = load_verifier(str(verifier_dir), dtype, device=args.device)
     stop = eos_ids(load_tokenizer(str(verifier_dir)), verifier.config)
-    prompts = [r["prompt_token_ids"] for r in json.loads(baseline.read_text())["prompts"][: args.prompts]]
+    prompts = [r["prompt_token_ids"] for r in record["prompts"][: args.prompts]]
     drafts = {c.parent.parent.name: NeuralDraft(Drafter.load(c.parent).to(args.device, verifier.dtype).eval())
               for c in checkpoints}
     prof = profile(verifier, drafts, prompts, args.max_new_tokens, stop)
-    print_profile(prof, f"{hardware()}, OpenMP wait policy {wait_policy()}; {len(prompts)} prompts x {args.max_new_tokens} new tokens, run {args.run}")
+    print_profile(prof, f"{hardware()}, {dtype}, OpenMP wait policy {wait_policy()}; {len(prompts)} prompts x "
+                        f"{args.max_new_tokens} new tokens, run {args.run}")
 
 
 if __name__ == "__main__":

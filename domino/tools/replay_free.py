@@ -18,7 +18,9 @@ the n-gram row's measured seconds; plain decoding costs the job's measured plain
 speedups it prints are for choosing which settings to measure; the benchmark's are the figures
 (the recorded rows' modelled and measured speedups are printed side by side). Its acceptance
 length counts only the drafts inside each answer, so it runs a little below the job's, which also
-counts drafts past the token budget that the verifier accepted.
+counts drafts past the token budget that the verifier accepted. With a bf16 or fp16 verifier a
+row's output may part from plain greedy's at a near tie (the job replays each in float32): from
+there it drafted over its own answer, so its replay is approximate, and the tool says so.
 """
 
 from __future__ import annotations
@@ -194,8 +196,23 @@ def main(argv=None) -> int:
         if args.cost_aware:
             show(f"{name}, cost rule", replay(CostAwareDraft(None, {"suffix": SuffixSource(suffix_draft(s))}), pairs, costs))
     if not ok:
-        print("replay_free: a recorded row's steps differ from its replay: the answers are not its own", file=sys.stderr)
+        print(f"replay_free: {why_steps_differ(rows)}", file=sys.stderr)
     return 0 if ok else 1
+
+
+def why_steps_differ(rows: dict) -> str:
+    """Why a recorded row's steps are not its replay's: a row whose output parted from plain
+    greedy's (a bf16 or fp16 verifier's near ties, which the job replays in float32) drafted over
+    its own answers from the parting on, and the suffix cache learnt them; otherwise the answers
+    are not the job's."""
+    parted = [name for name in ("ngram", "suffix") if name in rows
+              and not rows[name]["summary"].get("matches_baseline", True)]
+    if parted:
+        dtype = rows[parted[0]].get("protocol", {}).get("verifier_dtype", "the job's")
+        return (f"the {' and '.join(parted)} row's outputs parted from plain greedy's (a {dtype} verifier's near "
+                "ties, each replayed in float32 by the job), so from each parting on it drafted over its own "
+                "answers, not the ones replayed: its replayed figures are approximate")
+    return "a recorded row's steps differ from its replay: the answers are not its own"
 
 
 if __name__ == "__main__":
