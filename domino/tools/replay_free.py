@@ -171,15 +171,14 @@ def main(argv=None) -> int:
           f"{costs.rows(1) * 1e3:.2f} ms, {len(costs.verify)} rows {costs.verify[-1] * 1e3:.2f} ms; the loop outside "
           f"forwards and drafting {overhead * 1e3:.2f} ms a step (fitted to the ngram row)")
     print(f"{'row':{width}s} {'steps':>6s} {'accept len':>10s} {'speedup (model)':>15s} {'measured':>9s}  replayed steps")
-    ok = True
+    differ = []
 
     def show(name, r, recorded=None):
-        nonlocal ok
         speed = plain / modelled_seconds(r, costs, overhead)
         measured, check = "", ""
         if recorded is not None:
             same = same_but_last(r["steps"], recorded_steps(recorded))
-            ok &= same
+            differ.extend([] if same else [name.split()[0]])
             measured = f"{recorded['summary']['speedup']:.3f}"
             check = "as recorded" if same else "DIFFER from the recorded"
         print(f"{name:{width}s} {sum(map(len, r['steps'])):6d} {acceptance_length(r['steps']):10.3f} {speed:15.3f} "
@@ -195,19 +194,18 @@ def main(argv=None) -> int:
             show(name, replay(suffix_draft(s), pairs, costs))
         if args.cost_aware:
             show(f"{name}, cost rule", replay(CostAwareDraft(None, {"suffix": SuffixSource(suffix_draft(s))}), pairs, costs))
-    if not ok:
-        print(f"replay_free: {why_steps_differ(rows)}", file=sys.stderr)
-    return 0 if ok else 1
+    if differ:
+        print(f"replay_free: {why_steps_differ(rows, differ)}", file=sys.stderr)
+    return 1 if differ else 0
 
 
-def why_steps_differ(rows: dict) -> str:
-    """Why a recorded row's steps are not its replay's: a row whose output parted from plain
-    greedy's (a bf16 or fp16 verifier's near ties, which the job replays in float32) drafted over
-    its own answers from the parting on, and the suffix cache learnt them; otherwise the answers
-    are not the job's."""
-    parted = [name for name in ("ngram", "suffix") if name in rows
-              and not rows[name]["summary"].get("matches_baseline", True)]
-    if parted:
+def why_steps_differ(rows: dict, differ: list[str]) -> str:
+    """Why the recorded rows ``differ`` did not give their replay's steps: where a row's output
+    parted from plain greedy's (a bf16 or fp16 verifier's near ties, which the job replays in
+    float32) it drafted over its own answer from the parting on, and the suffix cache learnt it;
+    otherwise the answers are not the job's."""
+    parted = [name for name in differ if not rows[name]["summary"].get("matches_baseline", True)]
+    if parted == differ:
         dtype = rows[parted[0]].get("protocol", {}).get("verifier_dtype", "the job's")
         return (f"the {' and '.join(parted)} row's outputs parted from plain greedy's (a {dtype} verifier's near "
                 "ties, each replayed in float32 by the job), so from each parting on it drafted over its own "
