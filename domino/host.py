@@ -35,7 +35,6 @@ def auto_dtype(device: str, units: list[str]) -> str:
     return "bfloat16" if device.startswith("cuda") or any(u in BF16_UNITS for u in units) else "float32"
 
 
-
 def kept_for_dtype(kept: str | None, dtype: str) -> str | None:
     """``data.kept_answers`` for the dtype chosen here: ``{dtype}`` in the path replaced by it, so
     that one config names every dtype's kept answers and a host answers only where its dtype has
@@ -45,6 +44,7 @@ def kept_for_dtype(kept: str | None, dtype: str) -> str | None:
         return kept
     folder = kept.replace("{dtype}", dtype)
     return folder if (Path(folder).expanduser() / "manifest.json").is_file() else None  # regenerate.KEPT_MANIFEST
+
 
 # The least free space in the temporary folder that a run starts with: Snakemake's scheduler
 # writes its job-selection problem there before any job (pulp's MPS file), and fails with a
