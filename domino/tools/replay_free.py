@@ -174,19 +174,20 @@ def main(argv=None) -> int:
     differ = []
 
     def show(name, r, recorded=None):
+        """One replayed row; ``recorded``: the name of the job's row it replays, checked against it."""
         speed = plain / modelled_seconds(r, costs, overhead)
         measured, check = "", ""
         if recorded is not None:
-            same = same_but_last(r["steps"], recorded_steps(recorded))
-            differ.extend([] if same else [name.split()[0]])
-            measured = f"{recorded['summary']['speedup']:.3f}"
+            same = same_but_last(r["steps"], recorded_steps(rows[recorded]))
+            differ.extend([] if same else [recorded])
+            measured = f"{rows[recorded]['summary']['speedup']:.3f}"
             check = "as recorded" if same else "DIFFER from the recorded"
         print(f"{name:{width}s} {sum(map(len, r['steps'])):6d} {acceptance_length(r['steps']):10.3f} {speed:15.3f} "
               f"{measured:>9s}  {check}")
 
-    show("ngram (the job's)", base, ng)
+    show("ngram (the job's)", base, "ngram")
     if suffix_settings is not None:
-        show("suffix (the job's)", replay(suffix_draft(suffix_settings), pairs, costs), rows["suffix"])
+        show("suffix (the job's)", replay(suffix_draft(suffix_settings), pairs, costs), "suffix")
     for name, s in lookups:
         show(name, replay(ngram_draft(s), pairs, costs))
     for name, s, alone in variants:
@@ -207,9 +208,10 @@ def why_steps_differ(rows: dict, differ: list[str]) -> str:
     parted = [name for name in differ if not rows[name]["summary"].get("matches_baseline", True)]
     if parted == differ:
         dtype = rows[parted[0]].get("protocol", {}).get("verifier_dtype", "the job's")
-        return (f"the {' and '.join(parted)} row's outputs parted from plain greedy's (a {dtype} verifier's near "
-                "ties, each replayed in float32 by the job), so from each parting on it drafted over its own "
-                "answers, not the ones replayed: its replayed figures are approximate")
+        whose = " and ".join(parted) + (" rows'" if len(parted) > 1 else " row's")
+        return (f"the {whose} outputs parted from plain greedy's (a {dtype} verifier's near ties, each replayed "
+                "in float32 by the job), so from each parting on it drafted over its own answers, not the ones "
+                "replayed: its replayed figures are approximate")
     return "a recorded row's steps differ from its replay: the answers are not its own"
 
 
