@@ -27,7 +27,7 @@ from .stages import STAGES, ConfigArgumentError, read_config, run_stage
 logger = logging.getLogger("domino")  # the package's logger: this module runs as __main__
 
 ROLE_HELP = {"input": "input path", "output": "output path (written atomically)",
-             "param": "computed by the rule (a path, or the run names)", "wildcard": "the job's wildcard value"}
+             "param": "computed by the rule (a path, or the row names)", "wildcard": "the job's wildcard value"}
 
 
 def parser() -> argparse.ArgumentParser:

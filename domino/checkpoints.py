@@ -1,7 +1,8 @@
-"""A checkpoint's names, read by the workflow, the stages and the card: its trained runs (the
-checkpoint and its seed replicates, each a row of the benchmark named by the ``{run}`` of its
-results files), the answers it trains on and whether its training is validated served. The rows that decode without training of their own,
-and what vLLM serves, are ``domino.decoders``'s; a run directory is ``domino.rundir``'s."""
+"""A checkpoint's names, read by the workflow, the stages and the card: what is trained (the
+checkpoint and its seed replicates, each a row of the benchmark named by the ``{row}`` of its
+results files), the answers it trains on and whether its training is validated served. The rows
+that decode without training of their own, and what vLLM serves, are ``domino.decoders``'s; a
+run directory is ``domino.rundir``'s."""
 
 from __future__ import annotations
 
@@ -22,15 +23,15 @@ def served_validated(cfg: dict, checkpoint: str) -> bool:
     return over.get("served_prompts", cfg["train"]["served_prompts"]) > 0
 
 
-def trained_runs(checkpoints, replicates: int) -> list[str]:
-    """Every trained run: the checkpoints in config order (replicate 0, the card's rows), then
+def trained_checkpoints(checkpoints, replicates: int) -> list[str]:
+    """Everything trained: the checkpoints in config order (replicate 0, the card's rows), then
     for r = 1 .. replicates - 1 (``train.replicates``) each checkpoint again as ``<checkpoint>-seed<r>``."""
     names = list(checkpoints)
     return names + [f"{name}-seed{r}" for r in range(1, replicates) for name in names]
 
 
-def split_replicate(run: str) -> tuple[str, int]:
-    """``(checkpoint, r)`` of a trained run: ``("domino", 2)`` for ``domino-seed2``, ``("domino", 0)``
+def split_replicate(name: str) -> tuple[str, int]:
+    """``(checkpoint, r)`` of a trained name: ``("domino", 2)`` for ``domino-seed2``, ``("domino", 0)``
     for ``domino``. Checkpoint names never end in ``-seed<r>`` (refused by the config check)."""
-    m = REPLICATE.fullmatch(run)
-    return (m.group(1), int(m.group(2))) if m else (run, 0)
+    m = REPLICATE.fullmatch(name)
+    return (m.group(1), int(m.group(2))) if m else (name, 0)

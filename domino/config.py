@@ -2,7 +2,7 @@
 the verifier's offline facts (``domino.verifier.facts``) and the benchmark suites' sources
 (``domino.bench.suites.check_source``), and overlays merged. What every room reads of the config
 without checking a run lives in ``domino.schema`` (keys, defaults, ``ConfigError``) and
-``domino.checkpoints`` (a checkpoint's run names); what an overlay may change in a finished run, in
+``domino.checkpoints`` (the names of what is trained); what an overlay may change in a finished run, in
 ``domino.rundir``.
 
 ``validate_config`` returns the config with defaults filled in, or raises ``ConfigError``

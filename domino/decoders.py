@@ -1,11 +1,11 @@
 """The decoders a benchmark job runs beside plain greedy and the trained drafters that need no
 training of their own, behind one seam: a ``Kind`` per decoder (its config section, the label the
 card gives its row, whether it drafts with a trained checkpoint, and how it is built), and
-``decoder_specs`` turning ``benchmark`` config into the job's rows, in order. Run names, the
-workflow's outputs, the results files' ``decoder`` record and the card's rows all come from here;
-``docs/extending.md`` shows the whole change for a new decoder.
+``decoder_specs`` turning ``benchmark`` config into the job's rows, in order. Row names, the
+workflow's outputs, the results files' ``row`` and ``decoder`` records and the card's rows all
+come from here; ``docs/extending.md`` shows the whole change for a new decoder.
 
-Light on import (the workflow reads the run names): what a decoder is built from is imported
+Light on import (the workflow reads the row names): what a decoder is built from is imported
 only when ``build`` runs.
 """
 
@@ -17,16 +17,16 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """One row: its run name, its ``Kind``'s name, the settings it is built with (a copy of its
+    """One row: its name, its ``Kind``'s name, the settings it is built with (a copy of its
     config sections) and the checkpoint it drafts with (None: none)."""
 
-    run: str
+    name: str
     kind: str
     settings: dict = field(default_factory=dict)
     checkpoint: str | None = None
 
-    def __hash__(self) -> int:  # a job's rows are keyed by spec; a run name is one row
-        return hash((self.run, self.kind, self.checkpoint))
+    def __hash__(self) -> int:  # a job's rows are keyed by spec; a row's name is one row
+        return hash((self.name, self.kind, self.checkpoint))
 
     @property
     def label(self) -> str:
@@ -175,7 +175,7 @@ KINDS: dict[str, Kind] = {
 }
 SECTIONS = tuple(dict.fromkeys(s for kind in KINDS.values() for s in kind.sections))  # every kind's, once
 
-RESERVED = ("baseline", "ngram", "suffix", "hybrid")  # run names no checkpoint may take
+RESERVED = ("baseline", "ngram", "suffix", "hybrid")  # row names no checkpoint may take
 RESERVED_PATTERNS = ("ngram-*", "*-adaptive")
 
 
@@ -187,22 +187,22 @@ def decoder_specs(bench: dict, checkpoints=()) -> list[DecoderSpec]:
 def build(spec: DecoderSpec, neural=None):
     """The drafter of ``spec``'s row; ``neural``: its checkpoint's ``NeuralDraft`` where it has one."""
     if KINDS[spec.kind].free != (spec.checkpoint is None):
-        raise ValueError(f"decoder {spec.run}: kind {spec.kind} {'needs no' if KINDS[spec.kind].free else 'needs a'} checkpoint")
+        raise ValueError(f"decoder {spec.name}: kind {spec.kind} {'needs no' if KINDS[spec.kind].free else 'needs a'} checkpoint")
     return KINDS[spec.kind].build(spec, neural)
 
 
-LOOKUP = "ngram"  # the n-gram lookup's run name (benchmark.ngram), the one row vLLM also serves
+LOOKUP = "ngram"  # the n-gram lookup's row name (benchmark.ngram), the one row vLLM also serves
 
 
-def lookup_runs(cfg: dict) -> list[str]:
-    """The benchmark's runs that need no training of their own (the n-gram lookup, the suffix
+def untrained_rows(cfg: dict) -> list[str]:
+    """The benchmark's rows that need no training of their own (the n-gram lookup, the suffix
     cache, the lookup-then-checkpoint row, the cost-aware rows), each where configured, in the
     registry's order."""
-    return [spec.run for spec in decoder_specs(cfg["benchmark"], cfg["checkpoints"])]
+    return [spec.name for spec in decoder_specs(cfg["benchmark"], cfg["checkpoints"])]
 
 
-def vllm_runs(cfg: dict) -> list[str]:
+def vllm_rows(cfg: dict) -> list[str]:
     """What vLLM serves: the plain verifier, every checkpoint (``domino.vllm.plugin``) and the
     n-gram lookup row where the benchmark decodes it (vLLM's ``ngram`` method; the
     lookup-then-checkpoint row has no vLLM method)."""
-    return ["baseline"] + list(cfg["checkpoints"]) + [r for r in lookup_runs(cfg) if r == LOOKUP]
+    return ["baseline"] + list(cfg["checkpoints"]) + [r for r in untrained_rows(cfg) if r == LOOKUP]

@@ -43,7 +43,7 @@ def changes_to_results(before: dict, after: dict, path: str = "") -> list[str]:
     benchmark job (and sampling jobs), the vLLM section
     on a run without vLLM results the vLLM benchmark jobs; the ``PLACEMENT_SECTIONS`` (``slurm``)
     say only where jobs run, so they change nothing here. The benchmark,
-    which decodes every trained run side by side, and the report then run again, as they do for
+    which decodes every trained checkpoint side by side, and the report then run again, as they do for
     any new job."""
     changes = []
     for key in sorted(set(before) | set(after)):

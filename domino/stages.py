@@ -15,8 +15,8 @@ A key is read when the stage takes a plain value from it, or a whole section; wi
 compares it with the declarations.
 
 Path roles: ``input`` and ``output`` are the rule's files of that name, ``param`` a value the
-rule computes (a path: the verifier may be a hub id; or the run names), ``wildcard`` the rule's
-wildcard of that name. A role ending in ``[]`` is a list, one value per run, in the same order
+rule computes (a path: the verifier may be a hub id; or the row names), ``wildcard`` the rule's
+wildcard of that name. A role ending in ``[]`` is a list, one value per row, in the same order
 as the other lists of the stage. Every entry function takes the config and its paths by the same names.
 
 The Snakefile imports this module to build every rule, and a job pays only for the libraries
@@ -482,29 +482,29 @@ def validate(cfg: StageConfig, checkpoint: str, checkpoint_dir: str, features: s
 _BENCHMARK = ("device", "verifier.name", "verifier.dtype", "data.enable_thinking", "benchmark.sources.{suite}",
               "benchmark.max_prompts", "benchmark.max_new_tokens", "benchmark.chat_template", "benchmark.threads",
               "benchmark.answer_tokens")
-_DECODED = {"runs": "param[]", "verifier": "param", "checkpoint_dirs": "param[]", "baseline": "output",
-            "outs": "output[]"}  # what one benchmark job decodes, and where each run's results go
+_DECODED = {"rows": "param[]", "verifier": "param", "checkpoint_dirs": "param[]", "baseline": "output",
+            "outs": "output[]"}  # what one benchmark job decodes: each trained row, its checkpoint and its results
 
 
 @stage("benchmark", (*_BENCHMARK, "benchmark.tie_tolerance", *DECODER_SECTIONS),
        {"suite": "wildcard", **_DECODED, "lookups": "output[]"})
-def benchmark(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
+def benchmark(cfg: StageConfig, suite: str, rows: list[str], verifier: str, checkpoint_dirs: list[str],
               baseline: str, outs: list[str], lookups: list[str]) -> None:
-    """Greedy: every task of one suite plain, with each run's drafter and with the rows that decode
+    """Greedy: every task of one suite plain, with each trained row's drafter and with the rows that decode
     without training of their own (``domino.decoders``), back to back in this one job."""
     from .decoders import decoder_specs
 
     bench = {key: cfg.section(f"benchmark.{key}") for key in ("ngram", "suffix", "cost_aware")}
     specs = decoder_specs(bench)
-    _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
+    _decode_all(cfg, suite, rows, verifier, checkpoint_dirs, baseline, outs, temperature=0.0, top_p=1.0,
                 tie_tolerance=None if cfg["benchmark.tie_tolerance"] is None else float(cfg["benchmark.tie_tolerance"]),
                 lookups=dict(zip(specs, lookups, strict=True)))
 
 
-def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, checkpoint_dirs: list[str],
+def _decode_all(cfg: StageConfig, suite: str, rows: list[str], verifier: str, checkpoint_dirs: list[str],
                 baseline: str, outs: list[str], temperature: float, top_p: float, tie_tolerance: float | None,
                 lookups: dict | None = None) -> None:
-    """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by run, in order;
+    """The benchmark job of ``benchmark`` and ``sampling``: the lists paired by row, in order;
     ``lookups``: each untrained row's ``domino.decoders.DecoderSpec`` and its results file (greedy only)."""
     from .bench import job as bench_lib
 
@@ -516,9 +516,9 @@ def _decode_all(cfg: StageConfig, suite: str, runs: list[str], verifier: str, ch
         temperature=temperature, top_p=top_p, tie_tolerance=tie_tolerance, suite=suite,
         answer_tokens=cfg["benchmark.answer_tokens"])
     lookups = lookups or {}
-    bench_lib.run_benchmark(config, verifier, dict(zip(runs, checkpoint_dirs, strict=True)),
-                            {bench_lib.PLAIN: baseline, **dict(zip(runs, outs, strict=True)),
-                             **{spec.run: out for spec, out in lookups.items()}}, list(lookups))
+    bench_lib.run_benchmark(config, verifier, dict(zip(rows, checkpoint_dirs, strict=True)),
+                            {bench_lib.PLAIN: baseline, **dict(zip(rows, outs, strict=True)),
+                             **{spec.name: out for spec, out in lookups.items()}}, list(lookups))
 
 
 @stage("export", ("verifier.dtype",), {"verifier": "param", "checkpoint_dir": "param", "summary": "input",
@@ -538,11 +538,11 @@ def export(cfg: StageConfig, verifier: str, checkpoint_dir: str, summary: str, o
 
 
 @stage("sampling", (*_BENCHMARK, "benchmark.top_p"), {"temperature": "wildcard", "suite": "wildcard", **_DECODED})
-def sampling(cfg: StageConfig, temperature: str, suite: str, runs: list[str], verifier: str,
+def sampling(cfg: StageConfig, temperature: str, suite: str, rows: list[str], verifier: str,
              checkpoint_dirs: list[str], baseline: str, outs: list[str]) -> None:
     """The benchmark at temperature T > 0: plain and speculative sampling of every prompt. Their
     tokens differ by design; losslessness is a property of the distribution (tests/test_sampling.py)."""
-    _decode_all(cfg, suite, runs, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature),
+    _decode_all(cfg, suite, rows, verifier, checkpoint_dirs, baseline, outs, temperature=float(temperature),
                 top_p=cfg["benchmark.top_p"], tie_tolerance=0.0)
 
 
@@ -556,16 +556,16 @@ def vllm_benchmark_baseline(cfg: StageConfig, verifier: str, ours: str, out: str
     run_vllm_benchmark("baseline", verifier, None, None, ours, out, **_served(cfg))
 
 
-@stage("vllm_benchmark", _VLLM, {"run": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
+@stage("vllm_benchmark", _VLLM, {"checkpoint": "wildcard", "verifier": "param", "export": "input", "baseline": "input",
                                  "ours": "input", "checkpoint_dir": "param", "out": "output"})
-def vllm_benchmark(cfg: StageConfig, run: str, verifier: str, export: str, baseline: str, ours: str,
+def vllm_benchmark(cfg: StageConfig, checkpoint: str, verifier: str, export: str, baseline: str, ours: str,
                    checkpoint_dir: str, out: str) -> None:
     from .export import check_export
 
     check_export(export)  # a damaged export is refused before vLLM starts
     from .vllm.backend import run_vllm_benchmark  # vLLM lives in its own environment
 
-    run_vllm_benchmark(run, verifier, export, baseline, ours, out, checkpoint_dir=checkpoint_dir, **_served(cfg))
+    run_vllm_benchmark(checkpoint, verifier, export, baseline, ours, out, checkpoint_dir=checkpoint_dir, **_served(cfg))
 
 
 @stage("vllm_benchmark_lookup", _VLLM, {"verifier": "param", "baseline": "input", "ours": "input", "out": "output"})
@@ -611,33 +611,34 @@ def _template_kwargs(cfg: StageConfig) -> dict:
     return {} if thinking is None else {"enable_thinking": thinking}
 
 
-def checkpoint_entry(cfg: StageConfig, run: str) -> dict:
-    """The ``checkpoints:`` entry of ``run``: a checkpoint's own, or its seed replicate's checkpoint's."""
-    return cfg.section(f"checkpoints.{split_replicate(run)[0]}")
+def checkpoint_entry(cfg: StageConfig, name: str) -> dict:
+    """The ``checkpoints:`` entry of ``name``: a checkpoint's own, or its seed replicate's checkpoint's."""
+    return cfg.section(f"checkpoints.{split_replicate(name)[0]}")
 
 
-def answers_override(cfg: StageConfig, run: str) -> dict | None:
-    """``{"responses": ...}`` where ``run``'s ``checkpoints:`` entry overrides ``data.responses``
+def answers_override(cfg: StageConfig, name: str) -> dict | None:
+    """``{"responses": ...}`` where ``name``'s ``checkpoints:`` entry overrides ``data.responses``
     (its features were made from those answers), else None: the run's own answers."""
-    data = checkpoint_entry(cfg, run).get("data") or {}
+    data = checkpoint_entry(cfg, name).get("data") or {}
     return {"responses": data["responses"]} if "responses" in data else None
 
 
-def overridden(cfg: StageConfig, run: str, section: str) -> dict:
-    """``drafter`` or ``train`` with the overrides of ``run``'s ``checkpoints:`` entry."""
-    return {**cfg.section(section), **checkpoint_entry(cfg, run).get(section, {})}
+def overridden(cfg: StageConfig, name: str, section: str) -> dict:
+    """``drafter`` or ``train`` with the overrides of ``name``'s ``checkpoints:`` entry."""
+    return {**cfg.section(section), **checkpoint_entry(cfg, name).get(section, {})}
 
 
-def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype | None]:
-    """The run's ``TrainConfig`` and its autocast dtype (None: no autocast). Seed replicate r
-    trains with seed + r: its own initialisation, data order, anchors and noise."""
+def train_config(cfg: StageConfig, name: str) -> tuple[TrainConfig, torch.dtype | None]:
+    """The ``TrainConfig`` of ``name`` (a checkpoint or its seed replicate) and its autocast dtype
+    (None: no autocast). Seed replicate r trains with seed + r: its own initialisation, data order,
+    anchors and noise."""
     from . import common
     from .train import loop as train_lib
 
-    t = overridden(cfg, run, "train")
+    t = overridden(cfg, name, "train")
     autocast = common.DTYPES[t["autocast"]] if t["autocast"] else None
-    seed = cfg["seed"] + split_replicate(run)[1]
-    weighting = checkpoint_entry(cfg, run)["weighting"]
+    seed = cfg["seed"] + split_replicate(name)[1]
+    weighting = checkpoint_entry(cfg, name)["weighting"]
     return train_lib.TrainConfig.from_section(t, seed=seed, weighting=weighting), autocast
 
 
@@ -646,12 +647,12 @@ def train_config(cfg: StageConfig, run: str) -> tuple[TrainConfig, torch.dtype |
 DRAFTER_KEYS = tuple(k for k in section_keys("drafter") if k != "mask_token_id")
 
 
-def drafter_fields(cfg: StageConfig, run: str, tokenizer, model_config) -> dict:
-    """A run's DrafterConfig fields (``from_verifier`` adds the verifier's shapes)."""
+def drafter_fields(cfg: StageConfig, name: str, tokenizer, model_config) -> dict:
+    """The DrafterConfig fields of ``name`` (``from_verifier`` adds the verifier's shapes)."""
     from .verifier import load as verifier_lib
 
-    d = overridden(cfg, run, "drafter")
-    kind = checkpoint_entry(cfg, run)
+    d = overridden(cfg, name, "drafter")
+    kind = checkpoint_entry(cfg, name)
     stop = verifier_lib.eos_ids(tokenizer, model_config)
     return dict({k: d[k] for k in DRAFTER_KEYS}, projector=kind["projector"], shift_label=kind["shift_label"],
                 mask_token_id=verifier_lib.mask_token_id(tokenizer, d["mask_token_id"], stop, model_config.vocab_size))

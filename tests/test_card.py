@@ -403,7 +403,7 @@ def _vllm_result(run, al, ours_al, tps, speedup, same):
         summary.update(speedup_ci=[speedup - 0.05, speedup + 0.05], same_counts_as_ours=same - 1,
                        per_position_acceptance=[0.5, 0.25, 0.125, 0.0625, 0.03],
                        ours_per_position_acceptance=[0.5, 0.25, 0.12, 0.06, 0.03])
-    return {"run": run, "protocol": {"backend": "vLLM 0.32.0"}, "summary": summary}
+    return {"row": run, "protocol": {"backend": "vLLM 0.32.0"}, "summary": summary}
 
 
 def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
@@ -415,7 +415,7 @@ def test_vllm_cross_check_on_the_first_prompts(results_copy, tmp_path):
         result = _vllm_result(run, 1.2, 1.2, 150.0, 0.7, 8)
         result["summary"]["prompts"] = 8
         write_json(d / f"{run}.json", result, seal=True)
-    render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE, vllm_runs=list(runs))
+    render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE, vllm_rows=list(runs))
     text = (tmp_path / "model_card_appendix.md").read_text()
     n = fixture("benchmark/humaneval/baseline.json")["protocol"]["prompts"]
     assert f"vLLM served the first 8 of the benchmark's {n} prompts (`vllm.max_prompts`)" in text
@@ -430,7 +430,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
             "dflash-noshift": (1.3561, 1.3596, 160.04, 0.7532, 162), "domino": (1.5, 1.5, 170.0, 0.8, 164)}
     for run, vals in rows.items():
         write_json(d / f"{run}.json", _vllm_result(run, *vals), seal=True)
-    render_results(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_runs=list(rows))
+    render_results(results_copy, tmp_path / "with", CARD_INFO, PROVENANCE, vllm_rows=list(rows))
     text = (tmp_path / "with" / "model_card_appendix.md").read_text()
     assert "## Cross-check: served by vLLM 0.32.0" in text
     assert ("| DFlash noshift | 1.356 | 1.360 | 0.50 / 0.25 / 0.12 / 0.06 | 0.50 / 0.25 / 0.12 / 0.06 | 160.0 | "
@@ -442,7 +442,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     assert "`ngram` method" not in table  # said only where the lookup row is served
     lookup = _vllm_result("ngram", 2.4, 2.9, 300.0, 1.5, 160)
     write_json(d / "ngram.json", {**lookup, "lookup": {"max_n": 2, "min_n": 1, "drafts": 10, "then": None}}, seal=True)
-    render_results(results_copy, tmp_path / "lookup", CARD_INFO, PROVENANCE, vllm_runs=[*rows, "ngram"])
+    render_results(results_copy, tmp_path / "lookup", CARD_INFO, PROVENANCE, vllm_rows=[*rows, "ngram"])
     table = (tmp_path / "lookup" / "model_card_appendix.md").read_text().split("## Cross-check")[1].split("\n## ")[0]
     assert "| n-gram lookup, no training (vLLM's ngram) | 2.400 | 2.900 |" in table
     assert "served by vLLM's own `ngram` method" in " ".join(table.split())
@@ -451,7 +451,7 @@ def test_vllm_cross_check_table(results_copy, tmp_path):
     assert "Cross-check" not in (tmp_path / "without" / "model_card_appendix.md").read_text()
     (d / "dflash-noshift.json").unlink()
     with pytest.raises(FileNotFoundError, match="dflash-noshift.json"):
-        load_results(results_copy, vllm_runs=list(rows))
+        load_results(results_copy, vllm_rows=list(rows))
 
 
 def test_near_tie_divergences_are_named_in_the_speed_table(results_copy, tmp_path):
@@ -702,7 +702,7 @@ def test_an_exact_tie_reads_no_difference(results_copy, tmp_path):
     difference", not that the interval includes zero (nor, in a verdict, "opposite direction")."""
     src = json.loads((results_copy / "benchmark" / "humaneval" / "domino.json").read_text())
     write_json(results_copy / "benchmark" / "humaneval" / "dflash-shift.json",
-               {**src, "run": "dflash-shift", "checkpoint": "results/train/dflash-shift/checkpoint"}, seal=True)
+               {**src, "row": "dflash-shift", "checkpoint": "results/train/dflash-shift/checkpoint"}, seal=True)
     render_results(results_copy, tmp_path, CARD_INFO, PROVENANCE)
     text = (tmp_path / "model_card_appendix.md").read_text()
     line = next(line for line in text.splitlines() if line.startswith("- Domino's acceptance length differs from "

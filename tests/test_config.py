@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import own_verifier
-from domino.checkpoints import split_replicate, trained_runs
+from domino.checkpoints import split_replicate, trained_checkpoints
 from domino.config import validate_config
 from domino.schema import ConfigError
 
@@ -293,12 +293,12 @@ def test_vllm_answers_need_the_vllm_environment():
 
 def test_seed_replicates_are_named_after_their_checkpoint():
     cfg = validate_config({**copy.deepcopy(DEFAULT), "train": {**DEFAULT["train"], "replicates": 3}})
-    runs = trained_runs(cfg["checkpoints"], cfg["train"]["replicates"])
+    runs = trained_checkpoints(cfg["checkpoints"], cfg["train"]["replicates"])
     assert runs == ["dflash-shift", "dflash-noshift", "domino", "dflash-shift-seed1", "dflash-noshift-seed1",
                     "domino-seed1", "dflash-shift-seed2", "dflash-noshift-seed2", "domino-seed2"]
     assert [split_replicate(r) for r in ("domino", "domino-seed2", "dflash-noshift-seed1")] == \
         [("domino", 0), ("domino", 2), ("dflash-noshift", 1)]
-    assert trained_runs(DEFAULT["checkpoints"], 1) == ["dflash-shift", "dflash-noshift", "domino"]
+    assert trained_checkpoints(DEFAULT["checkpoints"], 1) == ["dflash-shift", "dflash-noshift", "domino"]
 
 
 def test_overlays_merge_key_by_key_as_snakemake_does(tmp_path):

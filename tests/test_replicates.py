@@ -161,7 +161,7 @@ def test_replicate_summary_with_validation_counts_its_teacher_forced_spread():
     dom = {r.checkpoint: r for r in s.rows}["domino"]
     assert dom.teacher_forced.values == (1.9, 2.1, 2.0) and dom.teacher_forced.sd == pytest.approx(0.1)
     assert s.orderings[-1] == Ordering("domino", "dflash-noshift", "teacher_forced_acceptance_length", N, (1,))
-    with pytest.raises(ValueError, match="no validation results for run 'domino-seed2'"):
+    with pytest.raises(ValueError, match="no validation results for row 'domino-seed2'"):
         replicate_summary(HAND, CKPTS, N, validates={k: v for k, v in validates.items() if k != "domino-seed2"})
 
 

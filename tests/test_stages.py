@@ -100,7 +100,7 @@ def test_the_report_declares_every_top_level_key_and_gets_the_whole_config():
     for name in STAGES:  # no other stage is given the replicate count, even with its section
         if name not in ("report", "convert_verifier"):  # convert_verifier runs with verifier.source gguf only
             sent = json.loads(stage_config(name, CONFIG, {"checkpoint": "domino", "temperature": "1.0",
-                                                          "run": "domino", "suite": "humaneval"}))
+                                                          "suite": "humaneval"}))
             assert "replicates" not in sent["values"].get("train", {}), name
 
 

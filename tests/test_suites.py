@@ -234,11 +234,11 @@ def test_the_vllm_cross_check_has_a_table_per_suite(two_suites, tmp_path):
         for run in runs:
             summary = {"acceptance_length": 1.0 if run == "baseline" else 1.25, "tps": 100.0, "speedup": 1.0,
                        "prompts": n, "same_tokens_as_ours": same, "ours_acceptance_length": 1.0, "ours_tps": 90.0}
-            write_json(d / f"{run}.json", {"run": run, "protocol": {"backend": "vLLM 0.32.0"}, "summary": summary},
+            write_json(d / f"{run}.json", {"row": run, "protocol": {"backend": "vLLM 0.32.0"}, "summary": summary},
                        seal=True)
-    res = load_results(root, vllm_runs=runs, suites=("humaneval", "mt-bench"))
+    res = load_results(root, vllm_rows=runs, suites=("humaneval", "mt-bench"))
     assert set(res["vllm"]) == {"humaneval", "mt-bench"} and res["vllm"]["mt-bench"]["domino"]["summary"]["prompts"] == 12
-    render_results(root, tmp_path / "card", CARD_INFO, PROVENANCE, vllm_runs=list(runs), suites=("humaneval", "mt-bench"))
+    render_results(root, tmp_path / "card", CARD_INFO, PROVENANCE, vllm_rows=list(runs), suites=("humaneval", "mt-bench"))
     cross = (tmp_path / "card" / "model_card_appendix.md").read_text().split("## Cross-check: served by vLLM 0.32.0")[1]
     cross = cross.split("\n## ")[0]
     humaneval, mt_bench = cross.split("### HumanEval")[1].split("### MT-Bench")

@@ -57,7 +57,7 @@ def test_dry_run_of_an_overlay(overlay, added, tmp_path):
     assert planned_jobs(out) == dict(jobs), planned_jobs(out)
     if "replicates" in overlay:  # the benchmark job decodes all nine trained runs beside plain greedy
         text = out.stdout + out.stderr
-        assert "--runs dflash-shift dflash-noshift domino dflash-shift-seed1" in text
+        assert "--rows dflash-shift dflash-noshift domino dflash-shift-seed1" in text
         assert "results/benchmark/humaneval/domino-seed2.json" in text and "results/validate/domino-seed1.json" in text
 
 

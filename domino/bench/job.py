@@ -1,4 +1,4 @@
-"""The speculative-decoding benchmark job: load the verifier and every run's drafter, decode, check
+"""The speculative-decoding benchmark job: load the verifier and every row's drafter, decode, check
 losslessness (``domino.bench.lossless``), summarise (``domino.bench.summary``), write the results.
 
 One job decodes one suite (``domino.bench.suites``: HumanEval, MT-Bench). A task of several turns is
@@ -103,8 +103,8 @@ class BenchmarkConfig:
 
 @dataclass
 class Loaded:
-    """What one benchmark job decodes with: the verifier, and each run's drafter by run name (the
-    trained runs' ``NeuralDraft``, then the untrained rows' of ``domino.decoders``)."""
+    """What one benchmark job decodes with: the verifier, and each row's drafter by row name (the
+    trained rows' ``NeuralDraft``, then the untrained rows' of ``domino.decoders``)."""
     tokenizer: object
     verifier: object
     stop_ids: list[int]
@@ -113,32 +113,32 @@ class Loaded:
 
 def load_models(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
                 lookups: list[DecoderSpec] = ()) -> Loaded:
-    """The verifier and its tokenizer, the drafter of each run (run name -> checkpoint dir), and
+    """The verifier and its tokenizer, the drafter of each row (row name -> checkpoint dir), and
     each untrained row's (``domino.decoders``; one that drafts with a checkpoint gets a decoding
-    session of its own over that run's drafter)."""
-    names = [*checkpoint_dirs, *(s.run for s in lookups)]
+    session of its own over that row's drafter)."""
+    names = [*checkpoint_dirs, *(s.name for s in lookups)]
     if PLAIN in names or len(set(names)) != len(names):
-        raise BenchmarkError(f"{PLAIN!r} names the plain decodes and each run needs a name of its own, got {names}")
+        raise BenchmarkError(f"{PLAIN!r} names the plain decodes and each row needs a name of its own, got {names}")
     dev = config.device
     tok = load_tokenizer(verifier_path)
     verifier = load_verifier(verifier_path, config.verifier_dtype, dev)
-    drafts = {run: NeuralDraft(Drafter.load(d).to(dev, dtype=verifier.dtype).eval())
-              for run, d in checkpoint_dirs.items()}
+    drafts = {row: NeuralDraft(Drafter.load(d).to(dev, dtype=verifier.dtype).eval())
+              for row, d in checkpoint_dirs.items()}
     for s in lookups:
         if s.checkpoint is not None and s.checkpoint not in drafts:
-            raise BenchmarkError(f"row {s.run}: its drafter {s.checkpoint!r} is not among the job's runs "
+            raise BenchmarkError(f"row {s.name}: its drafter {s.checkpoint!r} is not among the job's rows "
                                  f"({', '.join(drafts) or 'none'})")
-    drafts |= {s.run: build_decoder(s, NeuralDraft(drafts[s.checkpoint].drafter) if s.checkpoint else None)
+    drafts |= {s.name: build_decoder(s, NeuralDraft(drafts[s.checkpoint].drafter) if s.checkpoint else None)
                for s in lookups}
     return Loaded(tok, verifier, eos_ids(tok, verifier.config), drafts)
 
 
 def cost_curves(loaded: Loaded, encoded: list[list[int]], lookups: list[DecoderSpec]) -> dict[str, CostCurve]:
-    """Each cost-aware row's ``CostCurve`` (run -> curve), measured on this machine before the
+    """Each cost-aware row's ``CostCurve`` (row -> curve), measured on this machine before the
     timed decodes after the prompt of median length (a longer one where it is shorter than the
     rows), and set on its decoder: the verifier for 1 .. the row's drafts + 1 rows and the drafter
     it drafts with."""
-    rows = {s.run: s for s in lookups if isinstance(loaded.drafts[s.run], CostAwareDraft)}
+    rows = {s.name: s for s in lookups if isinstance(loaded.drafts[s.name], CostAwareDraft)}
     if not rows:
         return {}
     need = max(loaded.drafts[r].drafts_per_step for r in rows) + 1
@@ -146,12 +146,12 @@ def cost_curves(loaded: Loaded, encoded: list[list[int]], lookups: list[DecoderS
     i = next((j for j in order[len(order) // 2:] if len(encoded[j]) > need), order[-1])
     context = encoded[i] if len(encoded[i]) > need else (encoded[i] * (need // len(encoded[i]) + 2))
     out, by_checkpoint = {}, {}
-    for run, spec in rows.items():
-        d = loaded.drafts[run]
+    for row, spec in rows.items():
+        d = loaded.drafts[row]
         if spec.checkpoint not in by_checkpoint:
             neural = NeuralDraft(loaded.drafts[spec.checkpoint].drafter) if spec.checkpoint else None
             by_checkpoint[spec.checkpoint] = measure_costs(loaded.verifier, context, need, neural)
-        d.costs = out[run] = by_checkpoint[spec.checkpoint]
+        d.costs = out[row] = by_checkpoint[spec.checkpoint]
     return out
 
 
@@ -204,7 +204,7 @@ def next_turn_prompts(config: BenchmarkConfig, tokenizer, tasks: list[dict], ans
 
 
 def decoders(loaded: Loaded, decoding: Decoding = Decoding(), first_index: int = 0) -> dict[str, Decode]:
-    """Run name -> decode: ``PLAIN`` (plain decoding) first, then each run's speculative decoding
+    """Row name -> decode: ``PLAIN`` (plain decoding) first, then each row's speculative decoding
     (greedy at temperature 0). Prompt ``i`` is decoded as prompt ``first_index + i`` of the job
     (its sampling generator's seed; a later turn's prompts come after every earlier turn's)."""
     v, stop = loaded.verifier, loaded.stop_ids
@@ -212,35 +212,35 @@ def decoders(loaded: Loaded, decoding: Decoding = Decoding(), first_index: int =
     def decoder(draft):
         return lambda i, ids, n: decode(v, ids, n, stop, draft=draft, rule=decoding.rule(first_index + i, v.device))
 
-    return {PLAIN: decoder(None)} | {run: decoder(draft) for run, draft in loaded.drafts.items()}
+    return {PLAIN: decoder(None)} | {row: decoder(draft) for row, draft in loaded.drafts.items()}
 
 
 def timed_decodes(loaded: Loaded, encoded: list[list[int]], max_new_tokens: int,
                   desc: str = "benchmark", decoding: Decoding = Decoding(), first_index: int = 0,
                   journal: Journal | None = None) -> list[PromptDecodes]:
-    """Every prompt decoded plain and by every run's drafter, paired (``domino.bench.timing``), after
+    """Every prompt decoded plain and by every row's drafter, paired (``domino.bench.timing``), after
     warm-ups long enough for a step with the longest block of drafts."""
     warm = untimed_tokens(max((d.drafts_per_step for d in loaded.drafts.values()), default=0), max_new_tokens)
-    learners = {run: d.learn for run, d in loaded.drafts.items() if hasattr(d, "learn")}
+    learners = {row: d.learn for row, d in loaded.drafts.items() if hasattr(d, "learn")}
     return paired_decodes(decoders(loaded, decoding, first_index), encoded, max_new_tokens, warm, desc, journal,
                           learners)
 
 
 def journal_key(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
                 lookups: list[DecoderSpec]) -> str:
-    """What decides a benchmark job's decodes, for its ``Journal``: the settings, the runs, the
+    """What decides a benchmark job's decodes, for its ``Journal``: the settings, the rows, the
     sha256 of every file the verifier and the checkpoints load from, and of the package's code."""
     def files(folder: str) -> dict | str:
         return folder_digests(folder) if Path(folder).is_dir() else folder  # a hub id: its name
 
     code = folder_digests(Path(__file__).resolve().parent.parent, pattern="*.py")
     return json.dumps({"config": asdict(config), "code": code, "verifier": files(verifier_path),
-                       "checkpoints": {run: files(d) for run, d in checkpoint_dirs.items()},
-                       "lookups": [s.record() | {"run": s.run} for s in lookups]}, sort_keys=True, default=str)
+                       "checkpoints": {row: files(d) for row, d in checkpoint_dirs.items()},
+                       "lookups": [s.record() | {"row": s.name} for s in lookups]}, sort_keys=True, default=str)
 
 
 def journal_path(outs: dict[str, str]) -> Path:
-    """Where a job keeps its decodes until its results are written: beside the plain run's file."""
+    """Where a job keeps its decodes until its results are written: beside the plain row's file."""
     plain = Path(outs[PLAIN])
     return plain.with_name(f".{plain.stem}.decodes.jsonl")
 
@@ -292,21 +292,21 @@ def step_floors(loaded: Loaded, encoded: list[list[int]], decodes: list[PromptDe
     i = sorted(range(len(encoded)), key=lambda j: len(encoded[j]))[len(encoded) // 2]
     context = list(encoded[i]) + decodes[i].results[PLAIN].new_token_ids
     out = {}
-    for run, draft in loaded.drafts.items():
+    for row, draft in loaded.drafts.items():
         if not isinstance(draft, NeuralDraft):  # a lookup row has no drafter forward to time
             continue
         f = step_floor(loaded.verifier, draft, context)
-        out[run] = {"drafter_forward_seconds": f.drafter_forward, "verify_forward_seconds": f.verify_forward,
+        out[row] = {"drafter_forward_seconds": f.drafter_forward, "verify_forward_seconds": f.verify_forward,
                     "plain_forward_seconds": f.plain_forward}
     return out
 
 
 def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: dict[str, str],
                   outs: dict[str, str], lookups: list[DecoderSpec] = ()) -> dict[str, dict]:
-    """Decode every task of ``config.suite`` plain and with each run's drafter (run name ->
+    """Decode every task of ``config.suite`` plain and with each row's drafter (row name ->
     checkpoint dir) and each untrained row (``lookups``, ``domino.decoders``, greedy only), all in this one
-    process, turn by turn for a suite of several turns, and write each run's results file
-    (``outs``: run name -> path, ``PLAIN`` included; docs/results.md).
+    process, turn by turn for a suite of several turns, and write each row's results file
+    (``outs``: row name -> path, ``PLAIN`` included; docs/results.md).
     Greedy, or sampling at ``config.temperature`` > 0 (a later turn then follows the plain decode's
     sampled answer).
 
@@ -341,36 +341,36 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     machine_load = load.record([(d.other_cpu_seconds, d.wall_seconds) for _, ds in turns for d in ds if d.resumed])
     protocol = benchmark_protocol(config, len(tasks), n_turns, answers, loaded.stop_ids)
     floors = step_floors(loaded, encoded, turns[0][1])
-    results, memo = {}, {}  # memo: the partings' forwards, shared by every run's lossless check
-    specs = {s.run: s for s in lookups}
+    results, memo = {}, {}  # memo: the partings' forwards, shared by every row's lossless check
+    specs = {s.name: s for s in lookups}
     exact = config.verifier_dtype == "float32"  # else every parting is replayed in float32 (float32_replay)
     loaded32, replay_seconds, plain32 = None, 0.0, {}
-    for run in (PLAIN, *checkpoint_dirs, *specs):
-        per_turn = [(enc, [d.timing(run) for d in ds]) for enc, ds in turns]
-        drafts_per_step = loaded.drafts[run].drafts_per_step if run != PLAIN else 0
+    for row in (PLAIN, *checkpoint_dirs, *specs):
+        per_turn = [(enc, [d.timing(row) for d in ds]) for enc, ds in turns]
+        drafts_per_step = loaded.drafts[row].drafts_per_step if row != PLAIN else 0
         near_ties = [d for k, (enc, timings) in enumerate(per_turn) if config.greedy
                      for d in lossless_check(loaded.verifier, tasks, enc, timings, tol, 1 + drafts_per_step,
                                              k + 1 if n_turns > 1 else None, memo, exact)]
         replay = None
-        if config.greedy and not exact and run != PLAIN:
+        if config.greedy and not exact and row != PLAIN:
             t0 = time.perf_counter()
             if near_ties and loaded32 is None:
                 loaded32 = load_models(replace(config, verifier_dtype="float32"), verifier_path, checkpoint_dirs,
                                        lookups)
                 for r, curve in costs.items():  # the replay checks tokens, not speed: the job's curve will do
                     loaded32.drafts[r].costs = curve
-            replayed = sum(float32_replay(loaded32, run, tasks, enc, timings, config.max_new_tokens,
+            replayed = sum(float32_replay(loaded32, row, tasks, enc, timings, config.max_new_tokens,
                                           k + 1 if n_turns > 1 else None, plain32)
                            for k, (enc, timings) in enumerate(per_turn)) if near_ties else 0
             replay_seconds += time.perf_counter() - t0
             replay = {"dtype": "float32", "replayed": replayed, "defects": 0,
                       "beyond_noise": sum(not d["within_noise"] for d in near_ties), **margin_signs(near_ties)}
         timings = per_turn[0][1] if n_turns == 1 else [merge_turns(ts) for ts in zip(*(t for _, t in per_turn))]
-        results[run] = {"run": run, "checkpoint": checkpoint_dirs.get(run), "protocol": protocol,
-                        **(decoder_records(specs[run]) if run in specs else {}),
-                        **({"adaptive": loaded.drafts[run].record()} if run in costs else {}),
+        results[row] = {"row": row, "checkpoint": checkpoint_dirs.get(row), "protocol": protocol,
+                        **(decoder_records(specs[row]) if row in specs else {}),
+                        **({"adaptive": loaded.drafts[row].record()} if row in costs else {}),
                         "summary": summarise(timings, drafts_per_step, near_ties, tol, config.seed)
-                        | {"floor": floors.get(run), "machine_load": machine_load}
+                        | {"floor": floors.get(row), "machine_load": machine_load}
                         | ({"lossless_replay": replay} if replay else {}),
                         "prompts": prompt_records(tasks, encoded, timings, per_turn if n_turns > 1 else None)}
     if memo:
@@ -379,12 +379,12 @@ def run_benchmark(config: BenchmarkConfig, verifier_path: str, checkpoint_dirs: 
     memo.clear()
     if loaded32 is not None:
         logger.info("lossless check: the partings replayed in float32 in %.1f s, every one identical", replay_seconds)
-    for run, result in results.items():  # only once every run passed its lossless check
-        write_json(outs[run], result, seal=True)  # the card refuses an altered results file
+    for row, result in results.items():  # only once every row passed its lossless check
+        write_json(outs[row], result, seal=True)  # the card refuses an altered results file
     journal.close()
-    for run, result in results.items():
+    for row, result in results.items():
         s = result["summary"]
-        logger.info("%s: %d tokens in %.1fs, %.1f tok/s (plain %.1f), paired speedup %.3f %s, AL %.3f %s%s", run,
+        logger.info("%s: %d tokens in %.1fs, %.1f tok/s (plain %.1f), paired speedup %.3f %s, AL %.3f %s%s", row,
                     s["new_tokens"], s["seconds"], s["tps"], s["plain_tps"], s["speedup"], _bracket(s["speedup_ci"]),
                     s["acceptance_length"], _bracket(s["acceptance_length_ci"]),
                     " (timed on a loaded machine: other processes took {:.0%} of its CPU time)".format(

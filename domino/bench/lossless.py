@@ -1,7 +1,7 @@
 """The benchmark's lossless check: every speculative continuation against the plain one decoded
 beside it (``lossless_check``). Where two greedy continuations part, and by how much the verifier's
 logits of the two tokens differ there in forwards of other row counts (``divergence``); whether a
-parting is a near tie or a defect (``lossless_verdict``); a low-precision run's partings decoded
+parting is a near tie or a defect (``lossless_verdict``); a low-precision row's partings decoded
 again in float32, where a correct loop cannot part (``float32_replay``); and which token the
 partings favour (``margin_signs``). A defect raises ``domino.bench.BenchmarkError``.
 """
@@ -108,10 +108,10 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
 
     Returns the partings accepted as near ties (``lossless_verdict``), each with ``between``
     naming the pair; raises BenchmarkError on any other parting. ``verify_rows``: the rows of the
-    run's verify forward (1 + drafts per step), the shape ``divergence`` also recomputes under
+    row's verify forward (1 + drafts per step), the shape ``divergence`` also recomputes under
     ``tie_tolerance`` None. ``turn``: the turn of a suite of several turns that ``encoded`` holds,
     recorded with each near tie and named in the error. ``memo``: ``divergence``'s, shared by the
-    checks of every run against one plain decode.
+    checks of every row against one plain decode.
 
     ``exact`` False (a low-precision verifier, whose logits move with a forward's row count): no
     parting raises here; each is returned, marked ``within_noise`` by ``lossless_verdict``, for
@@ -140,19 +140,19 @@ def lossless_check(verifier, tasks: list[dict], encoded: list[list[int]], timing
     return near_ties
 
 
-def float32_replay(loaded32, run: str, tasks: list[dict], encoded: list[list[int]],
+def float32_replay(loaded32, row: str, tasks: list[dict], encoded: list[list[int]],
                    timings: list[PromptTiming], max_new_tokens: int, turn: int | None = None,
                    plain_memo: dict | None = None) -> int:
     """The exact lossless check of a low-precision benchmark: every prompt whose speculative
     output parted from plain greedy's is decoded again in float32 (``loaded32``: the same verifier
-    and drafters, loaded in float32, a ``domino.bench.job.Loaded``), plain and by ``run``'s drafter,
+    and drafters, loaded in float32, a ``domino.bench.job.Loaded``), plain and by ``row``'s drafter,
     and the two must agree token for token; a parting there raises, naming the prompt and the
     position. Returns the number of prompts replayed. In float32 on a CPU a forward's logits do not
     move with its row count, so a correct loop cannot part there, while a loop that accepts a draft
     the verifier does not rank first parts wherever the low-precision one did. ``plain_memo``: the
-    float32 plain decodes by prompt, kept across the runs of one job (a prompt several drafters part
+    float32 plain decodes by prompt, kept across the rows of one job (a prompt several drafters part
     on is decoded once)."""
-    v, stop, draft = loaded32.verifier, loaded32.stop_ids, loaded32.drafts[run]
+    v, stop, draft = loaded32.verifier, loaded32.stop_ids, loaded32.drafts[row]
     memo = {} if plain_memo is None else plain_memo
     replayed, defects = 0, []
     for task, ids, tm in zip(tasks, encoded, timings):
@@ -168,7 +168,7 @@ def float32_replay(loaded32, run: str, tasks: list[dict], encoded: list[list[int
             t = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), min(len(plain), len(spec)))
             defects.append(f"{task['task_id']}" + (f" turn {turn}" if turn else "") + f" at new token {t}")
     if defects:
-        raise BenchmarkError(f"{run}: replayed in float32, the speculative output still parts from plain greedy on "
+        raise BenchmarkError(f"{row}: replayed in float32, the speculative output still parts from plain greedy on "
                              f"{len(defects)} prompts ({'; '.join(defects[:5])}): decoding is not lossless")
     return replayed
 

@@ -1,4 +1,4 @@
-"""What a benchmark results file says of each run (docs/results.md): its ``summary`` (speed with
+"""What a benchmark results file says of each row (docs/results.md): its ``summary`` (speed with
 the paired speedup, acceptance, the verifier's own behaviour, the lossless verdict and the
 bootstrap's settings; ``summarise``), one record per task (``prompt_records``), and what it says of
 a row without training of its own (``decoder_records``). Intervals are BCa bootstraps over prompts
@@ -98,7 +98,7 @@ def summarise(timings: list[PromptTiming], drafts_per_step: int, near_ties: list
     return {**speed_summary(timings, seed), **acceptance_fields(timings, drafts_per_step, seed),
             **verifier_behaviour(timings), "matches_baseline": not near_ties, "near_tie_divergences": near_ties,
             "tie_tolerance": tie_tolerance if speculative else 0.0,
-            # one job decodes the baseline file and every run beside it: their plain decodes are one
+            # one job decodes the baseline file and every row beside it: their plain decodes are one
             "plain_matches_baseline_file": True if speculative else None,
             "bootstrap": {"resamples": RESAMPLES, "seed": seed, "level": LEVEL, "unit": "prompt"}}
 

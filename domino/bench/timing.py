@@ -39,7 +39,7 @@ TIMING = ("paired: every decoder on each prompt back to back, the order from one
           "(every decoder in every place and after every other equally often), garbage collection off while a decode "
           "is timed, one untimed warm-up of a full block per decoder")
 
-PLAIN = "baseline"  # the plain decoder's name in a paired run, and its run's: results/benchmark/humaneval/baseline.json
+PLAIN = "baseline"  # the plain decoder's name in a paired job, and its row's: results/benchmark/humaneval/baseline.json
 
 Decode = Callable[[int, list[int], int], DecodeResult]  # (prompt index, prompt ids, max new tokens) -> result
 
@@ -102,7 +102,7 @@ class PromptTiming:
 
     @property
     def main(self) -> DecodeResult:
-        """The decode the run is about: speculative, or plain for the baseline."""
+        """The decode the row is about: speculative, or plain for the baseline."""
         return self.speculative or self.plain
 
 
@@ -117,13 +117,13 @@ class PromptDecodes:
     wall_seconds: float = 0.0
     resumed: bool = False
 
-    def timing(self, run: str) -> PromptTiming:
-        """The pair of this prompt that run ``run`` is measured by (plain alone for the baseline)."""
+    def timing(self, row: str) -> PromptTiming:
+        """The pair of this prompt that row ``row`` is measured by (plain alone for the baseline)."""
         plain_at = self.order.index(PLAIN)
-        if run == PLAIN:
+        if row == PLAIN:
             return PromptTiming(self.results[PLAIN], None, True, plain_at, plain_at)
-        at = self.order.index(run)
-        return PromptTiming(self.results[PLAIN], self.results[run], plain_at < at, at, plain_at)
+        at = self.order.index(row)
+        return PromptTiming(self.results[PLAIN], self.results[row], plain_at < at, at, plain_at)
 
 
 class Journal:

@@ -104,19 +104,19 @@ class Withheld:
     rows: tuple[str, ...] = ()
 
 
-def claim_runs() -> list[str]:
+def claim_checkpoints() -> list[str]:
     """The checkpoints the published claims compare, in the claims' order."""
     return list(dict.fromkeys(r for c in CLAIMS for r in (c["a"], c["b"])))
 
 
 def _accepted_nothing(bench: dict) -> bool:
-    """No draft of the run was accepted on any prompt (its per-prompt records)."""
+    """No draft of the row was accepted on any prompt (its per-prompt records)."""
     return not any(any(p["accepted_per_step"]) for p in bench["prompts"])
 
 
 def withheld(scope: str, benchmarks: dict[str, dict], labels: dict[str, str]) -> Withheld | None:
     """The one rule (the module docstring's) by which every report withholds its verdicts on the
-    published claims: ``scope`` is ``claims_scope``'s, ``benchmarks`` one suite's results by run
+    published claims: ``scope`` is ``claims_scope``'s, ``benchmarks`` one suite's results by row
     name, "baseline" (the plain decodes) among them, ``labels`` the card's row names. None: the
     run gives its verdicts."""
     if scope == RANDOM_VERIFIER:
@@ -124,9 +124,9 @@ def withheld(scope: str, benchmarks: dict[str, dict], labels: dict[str, str]) ->
     share = repeating_share(benchmarks["baseline"]["summary"])
     if share is not None:
         return Withheld(LOOPING, share=share)
-    runs = claim_runs()
-    if all(_accepted_nothing(benchmarks[r]) for r in runs):
-        return Withheld(NOTHING_ACCEPTED, rows=tuple(labels.get(r, r) for r in runs))
+    checkpoints = claim_checkpoints()
+    if all(_accepted_nothing(benchmarks[r]) for r in checkpoints):
+        return Withheld(NOTHING_ACCEPTED, rows=tuple(labels.get(r, r) for r in checkpoints))
     return None
 
 
@@ -206,7 +206,7 @@ def _first_draft_difference(bench_a: dict, bench_b: dict) -> Estimate | None:
 
 def measure(figure: str, bench_a: dict, bench_b: dict) -> Estimate | None:
     """This run's paired relative difference A / B - 1 of ``figure``: "acceptance_length" (pooled),
-    "tps" (speculative tokens per second, the ratio of the two runs' token rates: both are timed
+    "tps" (speculative tokens per second, the ratio of the two rows' token rates: both are timed
     beside the same plain decodes, so it is ``tables.compare``'s speedup difference), or
     "first_draft_acceptance" (pos_0, the token a+1)."""
     if figure == "first_draft_acceptance":
@@ -216,7 +216,7 @@ def measure(figure: str, bench_a: dict, bench_b: dict) -> Estimate | None:
 
 
 def claim_rows(benchmarks: dict[str, dict], labels: dict[str, str], scope: str = REPRODUCTION) -> list[ClaimRow]:
-    """One row per ``published.CLAIMS`` entry, from one suite's benchmark results by run name
+    """One row per ``published.CLAIMS`` entry, from one suite's benchmark results by row name
     ("baseline" among them); where ``withheld`` withholds the verdicts each figure is still
     measured, and reads why in place of a verdict."""
     held = withheld(scope, benchmarks, labels)

@@ -79,7 +79,7 @@ class StepCost:
 
 
 def step_cost(summary: dict, plain_seconds_per_token: float) -> StepCost:
-    """``summary``: a speculative run's benchmark summary (``steps``, ``new_tokens``, ``seconds``,
+    """``summary``: a speculative row's benchmark summary (``steps``, ``new_tokens``, ``seconds``,
     ``draft_seconds``, ``verify_seconds``, and ``floor`` where the benchmark measured it)."""
     if summary["steps"] <= 0 or summary["seconds"] <= 0 or plain_seconds_per_token <= 0:
         raise ValueError(f"step cost needs positive steps, seconds and plain time, got {summary['steps']}, "
@@ -93,11 +93,11 @@ def step_cost(summary: dict, plain_seconds_per_token: float) -> StepCost:
     return StepCost(tokens, cost, draft, verify, 1.0 - draft - verify, tokens / cost, floor)
 
 
-def _plain_seconds_per_token(res: dict, run: str) -> float:
-    """Plain decoding's seconds per token: the run's ``plain_seconds`` (the plain decodes of its
+def _plain_seconds_per_token(res: dict, row: str) -> float:
+    """Plain decoding's seconds per token: the row's ``plain_seconds`` (the plain decodes of its
     job) over those decodes' own tokens, which ``baseline.json``'s ``new_tokens`` counts (the
     one benchmark job writes the baseline file from the same plain decodes, docs/results.md)."""
-    return res["benchmark"][run]["summary"]["plain_seconds"] / res["benchmark"]["baseline"]["summary"]["new_tokens"]
+    return res["benchmark"][row]["summary"]["plain_seconds"] / res["benchmark"]["baseline"]["summary"]["new_tokens"]
 
 
 def _pos_estimates(bench: dict) -> list[Estimate | None]:
@@ -206,13 +206,13 @@ def shown(bench: dict) -> bool:
     return bench["summary"]["steps"] > 0 or KINDS[decoder_kind(bench)].cost_aware
 
 
-def _lookup_row(res: dict, run: str) -> dict:
+def _lookup_row(res: dict, row: str) -> dict:
     """An n-gram lookup row of the HumanEval tables: what the Aggregate, Per-position and Speedup
     tables read of a checkpoint's row, and Domino against it (paired)."""
-    bench = res["lookup"][MAIN_SUITE][run]
+    bench = res["lookup"][MAIN_SUITE][row]
     s = bench["summary"]
     plain_per_token = s["plain_seconds"] / res["benchmark"]["baseline"]["summary"]["new_tokens"]
-    return {"name": run, "label": lookup_label(bench), "is_ref": False,
+    return {"name": row, "label": lookup_label(bench), "is_ref": False,
             "al_est": estimate(s, "acceptance_length"), "tps_est": estimate(s, "tps"),
             "speedup_est": estimate(s, "speedup"), "pos_est": _pos_estimates(bench),
             "vs_ref": compare(bench, res["benchmark"][COMPARE_TO]),
@@ -422,9 +422,9 @@ def _answers_section(res: dict, by_name: dict, twins: dict) -> list[dict] | None
     return out
 
 
-def _suite_name(runs: dict) -> str:
+def _suite_name(benches: dict) -> str:
     """A suite's name on the card, as its results record it (``protocol.dataset``)."""
-    return runs["baseline"]["protocol"]["dataset"]
+    return benches["baseline"]["protocol"]["dataset"]
 
 
 def _sampling_rows(res: dict, order: list[str], temperatures) -> dict | None:
@@ -436,9 +436,9 @@ def _sampling_rows(res: dict, order: list[str], temperatures) -> dict | None:
     for suite, greedy in res["suites"].items():
         decoded = ([(0.0, greedy)] if 0 in temperatures else []) + [(t, res["sampling"][t][suite])
                                                                   for t in sorted(res["sampling"])]
-        for t, runs in decoded:
+        for t, benches in decoded:
             for c in order:
-                b = runs[c]
+                b = benches[c]
                 out.append({"suite": _suite_name(greedy), "temperature": t, "label": LABELS.get(c, c),
                             "al": estimate(b["summary"], "acceptance_length"), "pos": _pos_estimates(b),
                             "speedup": estimate(b["summary"], "speedup")})
@@ -454,16 +454,16 @@ def _suite_section(res: dict, scope: str) -> list[dict] | None:
     if len(res["suites"]) == 1:
         return None
     out = []
-    for suite, runs in res["suites"].items():
+    for suite, benches in res["suites"].items():
         rows = []
         for c in CHECKPOINTS:
-            s = runs[c]["summary"]
+            s = benches[c]["summary"]
             rows.append({"label": LABELS[c], "al": estimate(s, "acceptance_length"), "speedup": estimate(s, "speedup"),
-                         "vs_ref": None if c == COMPARE_TO else compare(runs[c], runs[COMPARE_TO]),
+                         "vs_ref": None if c == COMPARE_TO else compare(benches[c], benches[COMPARE_TO]),
                          "near_ties": len(s["near_tie_divergences"]), "comparable": True})
         lookups = [{"label": lookup_label(b), "al": estimate(b["summary"], "acceptance_length"),
-                    "speedup": estimate(b["summary"], "speedup"), "vs_ref": compare(b, runs[COMPARE_TO]),
-                    "near_ties": len(b["summary"]["near_tie_divergences"]), "domino_vs": compare(runs["domino"], b),
+                    "speedup": estimate(b["summary"], "speedup"), "vs_ref": compare(b, benches[COMPARE_TO]),
+                    "near_ties": len(b["summary"]["near_tie_divergences"]), "domino_vs": compare(benches["domino"], b),
                     "free": is_free(b), "comparable": comparable_acceptance(b), "bench": b}
                    for b in res.get("lookup", {}).get(suite, {}).values() if shown(b)]
         free = [r for r in lookups if r["free"]]
@@ -471,13 +471,13 @@ def _suite_section(res: dict, scope: str) -> list[dict] | None:
         for r in lookups:
             r["vs_best_free"] = None if best_free is None or r["free"] else compare(r["bench"], best_free["bench"])
             r["best_free_label"] = None if best_free is None else best_free["label"]
-        protocol = runs["baseline"]["protocol"]
-        out.append({"suite": suite, "name": _suite_name(runs), "prompts": protocol["prompts"],
+        protocol = benches["baseline"]["protocol"]
+        out.append({"suite": suite, "name": _suite_name(benches), "prompts": protocol["prompts"],
                     "turns": protocol.get("turns", 1), "rows": rows, "lookups": lookups,
                     "earlier": protocol.get("earlier_turn_answers"), "max_new_tokens": protocol["max_new_tokens"],
-                    "claims": claim_rows(runs, LABELS, scope),
-                    "plain": runs["baseline"]["summary"],
-                    "categories": category_rows({c: runs[c] for c in CHECKPOINTS}, "domino", COMPARE_TO)})
+                    "claims": claim_rows(benches, LABELS, scope),
+                    "plain": benches["baseline"]["summary"],
+                    "categories": category_rows({c: benches[c] for c in CHECKPOINTS}, "domino", COMPARE_TO)})
     return out
 
 
@@ -523,7 +523,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
     by_name = {c: _checkpoint_row(res, c) for c in res["validate"]}
     order = [*CHECKPOINTS, *(c for c in by_name if c not in CHECKPOINTS)]  # the card's rows, then config order
     rows = [by_name[c] for c in CHECKPOINTS]  # the seed tables keep the card's three rows
-    lookups = [_lookup_row(res, run) for run, b in res.get("lookup", {}).get(MAIN_SUITE, {}).items()
+    lookups = [_lookup_row(res, row) for row, b in res.get("lookup", {}).get(MAIN_SUITE, {}).items()
                if shown(b)]  # then the rows without training of their own that drafted at all, and the cost-aware ones
     rows, lookups = in_bold(rows, lookups)
     dom, noshift = by_name["domino"], by_name[COMPARE_TO]
@@ -536,7 +536,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
         "info": card_info, "prov": provenance, "rows": rows, "domino": dom, "noshift": noshift,
         "lookup_rows": lookups, "lookup_verdict": _lookup_verdict(rows, lookups),
         "cost_aware": [{"suite": _suite_name(res["suites"][suite]), "label": lookup_label(b), **_adaptive(b)}
-                       for suite, runs in res.get("lookup", {}).items() for b in runs.values() if "adaptive" in b],
+                       for suite, benches in res.get("lookup", {}).items() for b in benches.values() if "adaptive" in b],
         "replaced": replaced_sentences([r["bench"] for r in lookups], LABELS),
         "lookup_silent": [lookup_label(b) for b in res.get("lookup", {}).get(MAIN_SUITE, {}).values()
                           if not shown(b)],
@@ -565,7 +565,7 @@ def _context(res: dict, card_info: dict, provenance: dict, changes: dict | None 
 
 
 def _vllm_rows(res: dict) -> dict | None:
-    """The vLLM cross-check: per suite (HumanEval first), each served run beside the project's
+    """The vLLM cross-check: per suite (HumanEval first), each served row beside the project's
     own loop, with the benchmark's task count and turns; None when vLLM served nothing."""
     if not res["vllm"]:
         return None
@@ -576,8 +576,8 @@ def _vllm_rows(res: dict) -> dict | None:
         protocol = res["suites"][suite]["baseline"]["protocol"]
         tables.append({"name": _suite_name(res["suites"][suite]), "benchmark_prompts": protocol["prompts"],
                        "turns": protocol.get("turns", 1),
-                       "rows": [{"label": f"{lookup_label(b)} (vLLM's ngram)" if "lookup" in b else LABELS.get(run, run),
-                                 **vllm_row(b["summary"])} for run, b in served.items()]})
+                       "rows": [{"label": f"{lookup_label(b)} (vLLM's ngram)" if "lookup" in b else LABELS.get(row, row),
+                                 **vllm_row(b["summary"])} for row, b in served.items()]})
     return {"backend": res["vllm"][MAIN_SUITE]["baseline"]["protocol"]["backend"], "tables": tables,
             "lookup": any("lookup" in b for served in res["vllm"].values() for b in served.values())}
 

@@ -12,10 +12,10 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from ..checkpoints import responses_of, trained_runs
+from ..checkpoints import responses_of, trained_checkpoints
 from ..common import hardware
 from ..config import config_sha256
-from ..decoders import lookup_runs, vllm_runs
+from ..decoders import untrained_rows, vllm_rows
 from ..schema import HUB_ID, aux_noise
 from . import published
 from .filters import PerCheckpoint
@@ -34,7 +34,7 @@ def card_stages(cfg: dict) -> list[str]:
     """The jobs the card depends on, in DAG order, named as their files under ``benchmarks/`` (no
     suffix); ``cfg`` is the validated config."""
     ckpts = list(cfg["checkpoints"])
-    trained = trained_runs(ckpts, cfg["train"]["replicates"])
+    trained = trained_checkpoints(ckpts, cfg["train"]["replicates"])
     stages = {"embedded": ["tokenizer", "verifier"], "gguf": ["convert_verifier"]}.get(cfg["verifier"]["source"], [])
     stages += ["prepare_data"]
     used = {responses_of(cfg, c) for c in ckpts}
@@ -48,7 +48,7 @@ def card_stages(cfg: dict) -> list[str]:
     stages += [f"benchmark/{s}" for s in suites]
     stages += [f"sampling/{sampling_dir(t)}/{s}" for t in cfg["benchmark"]["temperatures"] if t > 0 for s in suites]
     if cfg["vllm"]["benchmark"]:
-        served = vllm_runs(cfg)
+        served = vllm_rows(cfg)
         stages += [f"export/{r}" for r in served if r in cfg["checkpoints"]]
         stages += [f"vllm_benchmark/{s}/{r}" for s in suites for r in served]
     return stages
@@ -411,10 +411,10 @@ def build_report(cfg: dict, results_dir, out: CardPaths | str | Path, bench_dir=
 
     ``repo``: the checkout whose commit the card records (the workflow directory)."""
     ckpts = list(cfg["checkpoints"])
-    res = load_results(Path(results_dir), ckpts, vllm_runs(cfg) if cfg["vllm"]["benchmark"] else [],
+    res = load_results(Path(results_dir), ckpts, vllm_rows(cfg) if cfg["vllm"]["benchmark"] else [],
                        cfg["benchmark"]["temperatures"], cfg["train"]["replicates"],
                        regenerated=cfg["data"]["responses"] == "verifier", suites=cfg["benchmark"]["suites"],
-                       lookups=lookup_runs(cfg))
+                       lookups=untrained_rows(cfg))
     trained = {c: trained_config(cfg, res, c) for c in ckpts}
     changes = {c: variant_changes(trained, c) for c in ckpts if c != "domino"}
     paths = render_card(res, out, card_info(cfg, res, trained), provenance(cfg, bench_dir, res["data"], repo),

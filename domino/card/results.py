@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from .. import io
-from ..checkpoints import split_replicate, trained_runs
+from ..checkpoints import split_replicate, trained_checkpoints
 from ..io import read_json
 from .published import CHECKPOINTS
 
@@ -126,15 +126,15 @@ def read_benchmark(p: Path) -> dict:
     keys = schemas()["benchmark"]["properties"]["prompts"]["items"]["required"]
     prompts = [{k: r[k] for k in keys} | ({"category": r["category"]} if "category" in r else {})
                for r in bench["prompts"]]
-    return {"run": bench.get("run", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
+    return {"row": bench.get("row", p.stem), "protocol": bench["protocol"], "summary": bench["summary"],
             "path": str(p), "prompts": prompts,
             **{k: bench[k] for k in ("lookup", "decoder", "adaptive") if k in bench}}
 
 
-def _one_protocol(runs: dict, what: str) -> None:
-    protocols = [b["protocol"] for b in runs.values()]
+def _one_protocol(rows: dict, what: str) -> None:
+    protocols = [b["protocol"] for b in rows.values()]
     if any(p != protocols[0] for p in protocols):
-        paths = ", ".join(b["path"] for b in runs.values())
+        paths = ", ".join(b["path"] for b in rows.values())
         raise ValueError(f"{what} protocols differ between {paths}; the card needs one protocol")
 
 
@@ -146,41 +146,41 @@ def sampling_dir(temperature: float) -> str:
 MAIN_SUITE = "humaneval"  # the suite of the card's main tables, as the published card's
 
 
-def benchmark_path(root: Path, suite: str, run: str, temperature: float = 0) -> Path:
-    """Where a run's results of one suite lie: ``benchmark/<suite>/<run>.json`` (greedy) or
-    ``sampling/T<T>/<suite>/<run>.json``, under the results folder ``root``."""
+def benchmark_path(root: Path, suite: str, row: str, temperature: float = 0) -> Path:
+    """Where a row's results of one suite lie: ``benchmark/<suite>/<row>.json`` (greedy) or
+    ``sampling/T<T>/<suite>/<row>.json``, under the results folder ``root``."""
     folder = root / "benchmark" if temperature == 0 else root / "sampling" / sampling_dir(temperature)
-    return folder / suite / f"{run}.json"
+    return folder / suite / f"{row}.json"
 
 
 def _read_replicates(root: Path, checkpoints, replicates: int) -> tuple[dict, dict]:
-    """Benchmark and validate results of seed replicates 1 .. N-1 (runs ``<checkpoint>-seed<r>``),
-    each by run name."""
+    """Benchmark and validate results of seed replicates 1 .. N-1 (rows ``<checkpoint>-seed<r>``),
+    each by row name."""
     if not isinstance(replicates, int) or isinstance(replicates, bool) or replicates < 1:
         raise ValueError(f"replicates must be a whole number >= 1, got {replicates!r}")
     benches, validates = {}, {}
-    for run in trained_runs(checkpoints, replicates):
-        ckpt, r = split_replicate(run)
+    for row in trained_checkpoints(checkpoints, replicates):
+        ckpt, r = split_replicate(row)
         if r == 0:
             continue
         try:
-            benches[run] = read_benchmark(benchmark_path(root, MAIN_SUITE, run))
-            validates[run] = _read(root / "validate" / f"{run}.json", "validate")
+            benches[row] = read_benchmark(benchmark_path(root, MAIN_SUITE, row))
+            validates[row] = _read(root / "validate" / f"{row}.json", "validate")
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{err} (seed replicate {r} of {ckpt}; train.replicates = {replicates})") from None
     return benches, validates
 
 
-def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), temperatures=(0,),
+def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_rows=(), temperatures=(0,),
                  replicates: int = 1, regenerated: bool = False, suites=(MAIN_SUITE,), lookups=()) -> dict:
     """Read and check every results file the report stage needs, once; raise naming any missing
     or bad file. The report stage reads the run through this dict only.
 
     ``checkpoints``: every configured variant (``cfg["checkpoints"]``, the card's three rows
-    among them). ``vllm_runs`` (optional, ``vllm.benchmark``): the runs served by vLLM, read from
-    ``results/vllm_benchmark/{suite}/{run}.json`` for every suite, under ``"vllm"`` by suite;
+    among them). ``vllm_rows`` (optional, ``vllm.benchmark``): the rows served by vLLM, read from
+    ``results/vllm_benchmark/{suite}/{row}.json`` for every suite, under ``"vllm"`` by suite;
     "baseline" must be among them. ``temperatures``
-    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{suite}/{run}.json``.
+    (``benchmark.temperatures``): each T > 0 is read from ``results/sampling/T{T:g}/{suite}/{row}.json``.
     ``suites`` (``benchmark.suites``): HumanEval's greedy results, ``results/benchmark/humaneval/``,
     are ``"benchmark"``, the card's main tables; every suite's, HumanEval's included, go under
     ``"suites"`` by suite, and sampling's under ``"sampling"`` by temperature and suite.
@@ -190,8 +190,8 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
     ``"replicate_validate"`` (replicate 0 is the checkpoint's own file, under ``"benchmark"`` and
     ``"validate"``). ``regenerated``
     (``data.responses: verifier``): the regenerate stage's summaries go under ``"regenerate"``, by
-    split. ``lookups`` (``domino.decoders.lookup_runs``): the n-gram lookup rows' greedy results of
-    every suite, under ``"lookup"`` by suite and run. ``"temperatures"`` and ``"replicate_count"``
+    split. ``lookups`` (``domino.decoders.untrained_rows``): the n-gram lookup rows' greedy results of
+    every suite, under ``"lookup"`` by suite and row. ``"temperatures"`` and ``"replicate_count"``
     say what was asked for."""
     if MAIN_SUITE not in suites:
         raise ValueError(f"the card's tables are {MAIN_SUITE}'s; suites {list(suites)} leave it out")
@@ -211,25 +211,25 @@ def load_results(results_dir: Path, checkpoints=CHECKPOINTS, vllm_runs=(), tempe
         out["metrics"][ckpt] = _read_metrics(train / "metrics.jsonl", summary["metrics_sha256"], metric_keys)
         out["drafter_config"][ckpt] = _read(train / "checkpoint" / "drafter_config.json", "drafter_config")
     for suite in suites:
-        runs = {run: read_benchmark(benchmark_path(root, suite, run)) for run in ("baseline", *checkpoints)}
-        out["lookup"][suite] = {run: read_benchmark(benchmark_path(root, suite, run)) for run in lookups}
-        _one_protocol({**runs, **out["lookup"][suite], **(out["replicates"] if suite == MAIN_SUITE else {})},
+        rows = {row: read_benchmark(benchmark_path(root, suite, row)) for row in ("baseline", *checkpoints)}
+        out["lookup"][suite] = {row: read_benchmark(benchmark_path(root, suite, row)) for row in lookups}
+        _one_protocol({**rows, **out["lookup"][suite], **(out["replicates"] if suite == MAIN_SUITE else {})},
                       f"benchmark ({suite})")
-        out["suites"][suite] = runs
+        out["suites"][suite] = rows
     out["benchmark"] = out["suites"][MAIN_SUITE]
     for t in sorted(t for t in temperatures if t > 0):
         out["sampling"][t] = {}
         for suite in suites:
-            runs = {run: read_benchmark(benchmark_path(root, suite, run, t)) for run in ("baseline", *checkpoints)}
-            _one_protocol(runs, f"sampling (T = {t:g}, {suite})")
-            out["sampling"][t][suite] = runs
-    if vllm_runs and "baseline" not in vllm_runs:
-        raise ValueError("the vLLM cross-check needs its plain-greedy baseline run")
-    for suite in suites if vllm_runs else ():
+            rows = {row: read_benchmark(benchmark_path(root, suite, row, t)) for row in ("baseline", *checkpoints)}
+            _one_protocol(rows, f"sampling (T = {t:g}, {suite})")
+            out["sampling"][t][suite] = rows
+    if vllm_rows and "baseline" not in vllm_rows:
+        raise ValueError("the vLLM cross-check needs its plain-greedy baseline row")
+    for suite in suites if vllm_rows else ():
         out["vllm"][suite] = {}
-        for run in vllm_runs:
-            bench = _read(root / "vllm_benchmark" / suite / f"{run}.json", "vllm_benchmark")
-            out["vllm"][suite][run] = {"protocol": bench["protocol"], "summary": bench["summary"],
+        for row in vllm_rows:
+            bench = _read(root / "vllm_benchmark" / suite / f"{row}.json", "vllm_benchmark")
+            out["vllm"][suite][row] = {"protocol": bench["protocol"], "summary": bench["summary"],
                                        **({"lookup": bench["lookup"]} if "lookup" in bench else {})}
     return out
 

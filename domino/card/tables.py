@@ -11,7 +11,7 @@ Conventions, stated once:
 * Draft position i is the i-th drafted token of a step, the token ``a+i+1`` after the anchor
   ``a``; validate's block slot with that target is the same token teacher-forced.
 * Seed replicates (``train.replicates``) are compared by their point estimates only: replicate r
-  of a checkpoint is the run ``<checkpoint>-seed<r>`` (r = 0: the checkpoint itself), trained with
+  of a checkpoint is the row ``<checkpoint>-seed<r>`` (r = 0: the checkpoint itself), trained with
   seed + r and benchmarked on the same prompts; their spread is across seeds, not an interval.
 """
 
@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..acceptance import steps_accepting
-from ..checkpoints import split_replicate, trained_runs
+from ..checkpoints import split_replicate, trained_checkpoints
 from ..stats import (
     LEVEL,
     acceptance_length_difference,
@@ -152,12 +152,12 @@ def conditional_estimates(bench: dict) -> list[Estimate | None]:
 
 class Comparison(NamedTuple):
     """A vs B as relative differences ``A / B - 1`` with paired intervals."""
-    acceptance_length: Estimate | None  # None where either run sent no draft
+    acceptance_length: Estimate | None  # None where either row sent no draft
     speedup: Estimate
 
 
 def compare(bench_a: dict, bench_b: dict) -> Comparison:
-    """Paired bootstrap (``domino.stats.compare_checkpoints``) over the prompts both runs decoded, with
+    """Paired bootstrap (``domino.stats.compare_checkpoints``) over the prompts both rows decoded, with
     A's bootstrap settings."""
     boot = bootstrap_settings(bench_a)
     c = compare_checkpoints(bench_a, bench_b, boot.seed, boot.resamples)
@@ -168,17 +168,17 @@ def compare(bench_a: dict, bench_b: dict) -> Comparison:
 
 @dataclass(frozen=True)
 class CategoryRow:
-    """One category of a suite: its tasks' pooled acceptance length per run, with intervals over
-    those tasks, and one run's paired relative difference against another on them."""
+    """One category of a suite: its tasks' pooled acceptance length per row, with intervals over
+    those tasks, and one row's paired relative difference against another on them."""
     category: str
     tasks: int
-    acceptance_length: dict[str, Estimate]  # run -> AL over the category's tasks
+    acceptance_length: dict[str, Estimate]  # row -> AL over the category's tasks
     difference: Estimate  # AL_a / AL_b - 1, paired over the category's tasks
 
 
 def category_rows(benches: dict[str, dict], a: str, b: str) -> list[CategoryRow]:
     """Per category of the tasks (their records' ``category``, in first-seen order), the pooled
-    acceptance length of each run of ``benches`` (run -> results, the same tasks) and ``a`` against
+    acceptance length of each row of ``benches`` (row -> results, the same tasks) and ``a`` against
     ``b``, with ``a``'s bootstrap settings; [] when the tasks carry no category."""
     first = next(iter(benches.values()))["prompts"]
     categories = list(dict.fromkeys(p.get("category") for p in first))
@@ -188,15 +188,15 @@ def category_rows(benches: dict[str, dict], a: str, b: str) -> list[CategoryRow]
     rows = []
     for cat in categories:
         idx = [i for i, p in enumerate(first) if p.get("category") == cat]
-        acc = {run: [bench["prompts"][i]["accepted_per_step"] for i in idx] for run, bench in benches.items()}
+        acc = {row: [bench["prompts"][i]["accepted_per_step"] for i in idx] for row, bench in benches.items()}
         als = {}
-        for run, lists in acc.items():
+        for row, lists in acc.items():
             if not any(c for p in lists for c in p):  # nothing accepted: an upper bound, not [1, 1]
-                als[run] = unaccepted_length(sum(map(len, lists)), sum(1 for p in lists if p),
-                                             benches[run]["summary"]["drafts_per_step"], boot.level)
+                als[row] = unaccepted_length(sum(map(len, lists)), sum(1 for p in lists if p),
+                                             benches[row]["summary"]["drafts_per_step"], boot.level)
                 continue
             iv = acceptance_length_pooled(lists, boot.resamples, boot.seed, boot.level)
-            als[run] = Estimate(iv.estimate, iv.low, iv.high)
+            als[row] = Estimate(iv.estimate, iv.low, iv.high)
         d = acceptance_length_difference(acc[a], acc[b], boot.resamples, boot.seed, boot.level)
         rows.append(CategoryRow(cat, len(idx), als, Estimate(d.estimate, d.low, d.high)))
     return rows
@@ -315,20 +315,20 @@ class ReplicateSummary(NamedTuple):
 
 def _replicate_values(benches: dict[str, dict], checkpoints: list[str], replicates: int,
                       validates: dict[str, dict] | None = None) -> dict:
-    """{checkpoint: {metric: [value of replicate 0, 1, ...]}} from the runs ``trained_runs`` names."""
-    runs = trained_runs(checkpoints, replicates)
+    """{checkpoint: {metric: [value of replicate 0, 1, ...]}} from the rows ``trained_checkpoints`` names."""
+    rows = trained_checkpoints(checkpoints, replicates)
     metrics = REPLICATE_METRICS + ((TEACHER_FORCED,) if validates is not None else ())
     out = {c: {m: [None] * replicates for m in metrics} for c in checkpoints}
-    for run in runs:
-        if run not in benches:
-            raise ValueError(f"seed replicates: no benchmark results for run {run!r}")
-        ckpt, r = split_replicate(run)
+    for row in rows:
+        if row not in benches:
+            raise ValueError(f"seed replicates: no benchmark results for row {row!r}")
+        ckpt, r = split_replicate(row)
         for m in REPLICATE_METRICS:
-            out[ckpt][m][r] = float(benches[run]["summary"][m])
+            out[ckpt][m][r] = float(benches[row]["summary"][m])
         if validates is not None:
-            if run not in validates:
-                raise ValueError(f"seed replicates: no validation results for run {run!r}")
-            out[ckpt][TEACHER_FORCED][r] = float(validates[run]["acceptance_length"]["final"])
+            if row not in validates:
+                raise ValueError(f"seed replicates: no validation results for row {row!r}")
+            out[ckpt][TEACHER_FORCED][r] = float(validates[row]["acceptance_length"]["final"])
     return out
 
 
@@ -339,8 +339,8 @@ def replicate_summary(benches: dict[str, dict], checkpoints: list[str], replicat
     (and, given ``validates``, its teacher-forced acceptance length), and which orderings between
     checkpoints hold in every replicate.
 
-    ``benches``: benchmark results by run name (replicate r >= 1 of checkpoint c is ``c-seed<r>``,
-    ``domino.checkpoints.trained_runs``); ``validates``: validate results by the same run names;
+    ``benches``: benchmark results by row name (replicate r >= 1 of checkpoint c is ``c-seed<r>``,
+    ``domino.checkpoints.trained_checkpoints``); ``validates``: validate results by the same row names;
     ``pairs``: the checkpoint pairs to order (default: every pair of ``checkpoints``, in list order)."""
     values = _replicate_values(benches, checkpoints, replicates, validates)
     metrics = list(values[checkpoints[0]]) if checkpoints else list(REPLICATE_METRICS)

@@ -80,26 +80,26 @@ def main(argv=None) -> None:
         verifier = verifiers["this"]
         stop = eos_ids(load_tokenizer(str(verifier_dir)), verifier.config)
         prompts = [r["prompt_token_ids"] for r in json.loads(baseline.read_text())["prompts"][: a.prompts]]
-        runs = {"plain": (None, None)}
+        rows = {"plain": (None, None)}
         for c in checkpoints:
             name = c.parent.name
-            runs[name] = (NeuralDraft(Drafter.load(c).eval()), other_decode.NeuralDraft(other_model.Drafter.load(c).eval()))
+            rows[name] = (NeuralDraft(Drafter.load(c).eval()), other_decode.NeuralDraft(other_model.Drafter.load(c).eval()))
         versions = {"this": decode, a.against: other_decode.decode}
         print(f"{a.prompts} prompts x {a.max_new_tokens} tokens, {a.threads} torch thread(s), OpenMP wait policy {wait_policy()}; this checkout against {a.against}")
         print("| decoder | TPS this / other (95% interval) | identical outputs |")
         print("|---|---|---|")
-        for run, (draft_this, draft_other) in runs.items():
+        for row, (draft_this, draft_other) in rows.items():
             drafts = {"this": draft_this, a.against: draft_other}
 
             def run_of(v):
                 return lambda _, p, n: versions[v](verifiers[v], p, n, stop, draft=drafts[v])
 
-            decodes = paired_decodes({v: run_of(v) for v in versions}, prompts, a.max_new_tokens, 12, desc=run)
+            decodes = paired_decodes({v: run_of(v) for v in versions}, prompts, a.max_new_tokens, 12, desc=row)
             tok = {v: [len(d.results[v].new_token_ids) for d in decodes] for v in versions}
             sec = {v: [d.results[v].seconds for d in decodes] for v in versions}
             same = sum(d.results["this"].new_token_ids == d.results[a.against].new_token_ids for d in decodes)
             ratio = paired_rate_ratio(tok["this"], sec["this"], tok[a.against], sec[a.against])
-            print(f"| {run} | {ratio.estimate:.3f} [{ratio.low:.3f}, {ratio.high:.3f}] | {same} of {len(prompts)} |",
+            print(f"| {row} | {ratio.estimate:.3f} [{ratio.low:.3f}, {ratio.high:.3f}] | {same} of {len(prompts)} |",
                   flush=True)
 
 

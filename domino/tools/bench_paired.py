@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..bench.job import BenchmarkConfig, run_benchmark
 from ..bench.timing import PLAIN
-from ..checkpoints import trained_runs
+from ..checkpoints import trained_checkpoints
 from ..config import load_config
 from ..io import write_json
 from . import tool_parser
@@ -56,14 +56,14 @@ def benchmark_config(cfg: dict) -> BenchmarkConfig:
 
 
 def benchmark_once(cfg: dict, run_dir: Path, load: bool, core: int) -> dict[str, dict]:
-    """One greedy benchmark of every trained run of ``run_dir`` (quiet, or beside a busy loop)."""
+    """One greedy benchmark of every trained checkpoint of ``run_dir`` (quiet, or beside a busy loop)."""
     verifier = str(run_dir / "results/verifier/model") if cfg["verifier"]["source"] == "embedded" \
         else cfg["verifier"]["source"]
-    trained = trained_runs(cfg["checkpoints"], cfg["train"]["replicates"])
-    runs = {run: str(run_dir / "results/train" / run / "checkpoint") for run in trained}
+    trained = trained_checkpoints(cfg["checkpoints"], cfg["train"]["replicates"])
+    checkpoints = {name: str(run_dir / "results/train" / name / "checkpoint") for name in trained}
     with tempfile.TemporaryDirectory() as tmp, competing_process(core) if load else contextlib.nullcontext():
-        outs = {run: str(Path(tmp) / f"{run}.json") for run in (PLAIN, *runs)}
-        return run_benchmark(benchmark_config(cfg), verifier, runs, outs)
+        outs = {row: str(Path(tmp) / f"{row}.json") for row in (PLAIN, *checkpoints)}
+        return run_benchmark(benchmark_config(cfg), verifier, checkpoints, outs)
 
 
 def overlap(a: list[float], b: list[float]) -> bool:
@@ -74,20 +74,20 @@ def _ci(value: float, bounds: list[float]) -> str:
     return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
 
 
-def compare(run: str, quiet: dict, loaded: dict) -> dict:
-    """The figures of one run, quiet vs loaded (results files of ``run_benchmark``); prints them."""
+def compare(row: str, quiet: dict, loaded: dict) -> dict:
+    """The figures of one row, quiet vs loaded (results files of ``run_benchmark``); prints them."""
     q, ld = quiet["summary"], loaded["summary"]
     unpaired = ld["tps"] / q["plain_tps"]
     tokens = [[r["new_token_ids"] for r in res["prompts"]] for res in (quiet, loaded)]
-    row = {"run": run, "quiet": q, "loaded": ld, "speedup_intervals_overlap": overlap(q["speedup_ci"], ld["speedup_ci"]),
+    out = {"row": row, "quiet": q, "loaded": ld, "speedup_intervals_overlap": overlap(q["speedup_ci"], ld["speedup_ci"]),
            "unpaired_speedup_loaded_vs_quiet": unpaired, "same_tokens": tokens[0] == tokens[1]}
     for label, s in (("quiet", q), ("loaded", ld)):
-        print(f"{run} {label:6s}: plain TPS {_ci(s['plain_tps'], s['plain_tps_ci'])}, speculative TPS "
+        print(f"{row} {label:6s}: plain TPS {_ci(s['plain_tps'], s['plain_tps_ci'])}, speculative TPS "
               f"{_ci(s['tps'], s['tps_ci'])}, paired speedup {_ci(s['speedup'], s['speedup_ci'])}")
-    print(f"{run}: paired speedup intervals overlap: {'yes' if row['speedup_intervals_overlap'] else 'NO'}; "
+    print(f"{row}: paired speedup intervals overlap: {'yes' if out['speedup_intervals_overlap'] else 'NO'}; "
           f"unpaired speedup (loaded speculative TPS / quiet plain TPS) {unpaired:.3f}; identical tokens in both "
-          f"runs: {'yes' if row['same_tokens'] else 'no'}")
-    return row
+          f"runs: {'yes' if out['same_tokens'] else 'no'}")
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -113,10 +113,10 @@ def main(argv=None) -> list[dict]:
     run_dir = Path(a.directory)
     quiet = benchmark_once(cfg, run_dir, load=False, core=a.core)
     loaded = benchmark_once(cfg, run_dir, load=True, core=a.core)
-    rows = [compare(run, quiet[run], loaded[run]) for run in quiet if run != PLAIN]
+    rows = [compare(row, quiet[row], loaded[row]) for row in quiet if row != PLAIN]
     if a.json:
         write_json(a.json, {"benchmark": b, "rows": rows})
-    print(json.dumps({r["run"]: r["speedup_intervals_overlap"] for r in rows}))
+    print(json.dumps({r["row"]: r["speedup_intervals_overlap"] for r in rows}))
     return rows
 
 

@@ -64,10 +64,10 @@ def parameter_counts(cfg: dict) -> tuple[int, int, int]:
 
 def stage_needs(cfg: dict, counts: tuple[int, int, int]) -> list[Need]:
     """The rows for a validated config ``cfg`` and its ``parameter_counts``."""
-    from ..checkpoints import trained_runs
+    from ..checkpoints import trained_checkpoints
     from ..common import DTYPES
     from ..data.features import estimate_bytes
-    from ..decoders import lookup_runs
+    from ..decoders import untrained_rows
     from ..shapes import QWEN3_0_6B
     from ..train.loop import total_steps
 
@@ -83,8 +83,8 @@ def stage_needs(cfg: dict, counts: tuple[int, int, int]) -> list[Need]:
     moments = 1 if train["optimizer"] == "muon" else 2  # Muon keeps one buffer on 2-D weights, AdamW two
     train_gpu = trainable * weights * (2 + moments) + frozen * weights
     steps = total_steps(math.ceil(train_tokens / train["pack_len"]), _Rows(train["epochs"], train["rows_per_step"]))
-    runs = trained_runs(cfg["checkpoints"], train["replicates"])
-    rows = 1 + len(runs) + len(lookup_runs(cfg))
+    runs = trained_checkpoints(cfg["checkpoints"], train["replicates"])
+    rows = 1 + len(runs) + len(untrained_rows(cfg))
     prompts = f"{bench['max_prompts']} prompts" if bench["max_prompts"] else "every prompt"
     temps = [t for t in bench["temperatures"] if t > 0]
     export_bytes = (trainable + frozen) * DTYPES[cfg["verifier"]["dtype"]].itemsize

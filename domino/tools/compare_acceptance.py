@@ -5,7 +5,7 @@ effect is two runs, not two rows of one job. Acceptance does not depend on the m
 greedy decoding's tokens do not depend on the process that decoded them, so two runs' acceptance is
 paired prompt by prompt, where their speed is not (a speed ratio is only ever taken within one job).
 
-For each suite benchmarked in both runs, and each trained row both decoded (a checkpoint's run
+For each suite benchmarked in both runs, and each trained row both decoded (a checkpoint's row
 name; the rows without training and the cost-aware rows are left out: their acceptance counts
 other steps), it prints each run's acceptance length with its 95% BCa interval over prompts, and
 B's over A's less one, paired over the prompts both decoded. The two runs' plain greedy answers
@@ -56,7 +56,7 @@ def pair(a: dict[str, list[int]], b: dict[str, list[int]]) -> dict:
 
 
 def trained_rows(folder: Path) -> list[str]:
-    """The run names of a suite's results folder that a trained checkpoint decoded alone (a results
+    """The row names of a suite's results folder that a trained checkpoint decoded alone (a results
     file without a ``decoder`` record, the plain decodes aside)."""
     rows = []
     for f in sorted(folder.glob("*.json")):
@@ -92,11 +92,11 @@ def main(argv=None) -> None:
         rows = [r for r in trained_rows(fa) if r in in_b]
         figures["suites"][suite] = {}
         print(f"{suite}: acceptance length, B over A paired over prompts (95% BCa)")
-        for run in rows:
-            f = pair(per_prompt(read_json(fa / f"{run}.json", "benchmark results", sealed=True)),
-                     per_prompt(read_json(fb / f"{run}.json", "benchmark results", sealed=True)))
-            figures["suites"][suite][run] = f
-            print(f"  {run}: A {f['a']['estimate']:.3f} [{f['a']['ci'][0]:.3f}, {f['a']['ci'][1]:.3f}], "
+        for row in rows:
+            f = pair(per_prompt(read_json(fa / f"{row}.json", "benchmark results", sealed=True)),
+                     per_prompt(read_json(fb / f"{row}.json", "benchmark results", sealed=True)))
+            figures["suites"][suite][row] = f
+            print(f"  {row}: A {f['a']['estimate']:.3f} [{f['a']['ci'][0]:.3f}, {f['a']['ci'][1]:.3f}], "
                   f"B {f['b']['estimate']:.3f} [{f['b']['ci'][0]:.3f}, {f['b']['ci'][1]:.3f}], "
                   f"B/A - 1 {f['b_over_a']['estimate']:+.1%} [{f['b_over_a']['ci'][0]:+.1%}, "
                   f"{f['b_over_a']['ci'][1]:+.1%}] over {f['prompts']} prompts")

@@ -71,34 +71,34 @@ def profile(verifier, drafts: dict[str, NeuralDraft], prompts: list[list[int]], 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     clock = _Clock(sync)
     clock.wrap(verifier, "forward", "verify")
-    for run, draft in drafts.items():
-        clock.wrap(draft.drafter, "backbone", f"{run}/backbone")
-        clock.wrap(draft.drafter, "draft", f"{run}/draft")
-        clock.wrap(draft, "add_context", f"{run}/context")
+    for row, draft in drafts.items():
+        clock.wrap(draft.drafter, "backbone", f"{row}/backbone")
+        clock.wrap(draft.drafter, "draft", f"{row}/draft")
+        clock.wrap(draft, "add_context", f"{row}/context")
     names = ("plain",) + tuple(drafts)
-    for run in names:  # warm-up, untimed
-        decode(verifier, prompts[0], min(max_new_tokens, 12), stop_ids, draft=drafts.get(run))
-    sums = {run: defaultdict(float) for run in names}
+    for row in names:  # warm-up, untimed
+        decode(verifier, prompts[0], min(max_new_tokens, 12), stop_ids, draft=drafts.get(row))
+    sums = {row: defaultdict(float) for row in names}
     context = []
     for i, ids in enumerate(prompts):
-        for run in rotation(names, i):
+        for row in rotation(names, i):
             clock.times.clear()
             sync()
             t0 = time.perf_counter()
-            r = decode(verifier, ids, max_new_tokens, stop_ids, draft=drafts.get(run))
+            r = decode(verifier, ids, max_new_tokens, stop_ids, draft=drafts.get(row))
             sync()
             loop = time.perf_counter() - t0 - clock.times["verify"][0]  # the prefill's forward aside
-            t = sums[run]
-            if run == "plain":
+            t = sums[row]
+            if row == "plain":
                 t["steps"] += len(r.new_token_ids) - 1
                 t["step"] += loop
                 continue
-            if run == names[1]:
+            if row == names[1]:
                 context.append(list(ids) + r.new_token_ids)
-            loop -= clock.times[f"{run}/context"][0]  # the prefill's context, ditto
-            parts = {"drafter forward": sum(clock.times[f"{run}/backbone"]),
-                     "correction loop": sum(clock.times[f"{run}/draft"]) - sum(clock.times[f"{run}/backbone"]),
-                     "context update": sum(clock.times[f"{run}/context"][1:]),
+            loop -= clock.times[f"{row}/context"][0]  # the prefill's context, ditto
+            parts = {"drafter forward": sum(clock.times[f"{row}/backbone"]),
+                     "correction loop": sum(clock.times[f"{row}/draft"]) - sum(clock.times[f"{row}/backbone"]),
+                     "context update": sum(clock.times[f"{row}/context"][1:]),
                      "verify forward": sum(clock.times["verify"][1:])}
             parts["bookkeeping"] = loop - sum(parts.values())
             t["steps"] += len(clock.times["verify"]) - 1
@@ -106,12 +106,12 @@ def profile(verifier, drafts: dict[str, NeuralDraft], prompts: list[list[int]], 
             for k, v in parts.items():
                 t[k] += v
     out = {}
-    for run, t in sums.items():
+    for row, t in sums.items():
         steps = t.pop("steps")
-        out[run] = {k: v / steps for k, v in t.items()} | {"steps": int(steps)}
-    for run, draft in drafts.items():  # the floor, on a median-length context of the decodes
+        out[row] = {k: v / steps for k, v in t.items()} | {"steps": int(steps)}
+    for row, draft in drafts.items():  # the floor, on a median-length context of the decodes
         ids = sorted(context, key=len)[len(context) // 2]
-        out[run]["floor"] = step_floor(verifier, draft, ids, floor_repeats)
+        out[row]["floor"] = step_floor(verifier, draft, ids, floor_repeats)
     return out
 
 
@@ -119,14 +119,14 @@ def print_profile(prof: dict[str, dict], header: str) -> None:
     plain = prof["plain"]["step"]
     print(header)
     print(f"plain step: {plain * 1e3:.3f} ms per token ({prof['plain']['steps']} tokens)")
-    print("| run | steps | " + " | ".join(PARTS) + " | step | floor (drafter + verify alone) | step / floor |")
+    print("| row | steps | " + " | ".join(PARTS) + " | step | floor (drafter + verify alone) | step / floor |")
     print("|---|---|" + "---|" * (len(PARTS) + 3))
-    for run, p in prof.items():
-        if run == "plain":
+    for row, p in prof.items():
+        if row == "plain":
             continue
         f = p["floor"]
         cells = [f"{p[k] * 1e3:.3f} ms ({p[k] / plain:.2f})" for k in PARTS + ("step",)]
-        print(f"| {run} | {p['steps']} | " + " | ".join(cells)
+        print(f"| {row} | {p['steps']} | " + " | ".join(cells)
               + f" | {f.step * 1e3:.3f} ms ({f.step / plain:.2f}) = {f.drafter_forward * 1e3:.3f} + "
               f"{f.verify_forward * 1e3:.3f} | {p['step'] / f.step:.2f} |")
     print("(milliseconds per speculative step; in brackets, plain steps)")

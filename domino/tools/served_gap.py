@@ -25,9 +25,9 @@ conversations (prompts):
                               it, not the best draft-vocabulary token teacher forcing scores (a
                               token outside the draft vocabulary is never accepted)
   ... the loop's anchors      the same drafts, counted only at the anchors the loop visits (an
-                              accepted run is one step, not one anchor per token), walked from the
+                              accepted stretch is one step, not one anchor per token), walked from the
                               first answer token: teacher forcing of the served condition
-  served                      the benchmark's own count (``<run>.json``), how many of its steps
+  served                      the benchmark's own count (``<row>.json``), how many of its steps
                               accepted exactly what the walk accepted, and per prompt the first
                               step that did not (after it the two walk from other anchors)
 
@@ -78,8 +78,8 @@ def anchor_runs(drafter: Drafter, ids: torch.Tensor, aux: torch.Tensor, target: 
             _, final = drafter.forward_train(batch["input_ids"], batch["position_ids"], batch["doc_ids"],
                                              batch["aux"].to(drafter.fc.weight.dtype), a)
         hit = (final.argmax(-1) == tgt) & mask  # (1, N, B)
-        runs = hit[0, :, first:].long().cumprod(-1).sum(-1)
-        out.update({int(x): int(r) for x, r in zip(a[0], runs)})
+        accepted = hit[0, :, first:].long().cumprod(-1).sum(-1)
+        out.update({int(x): int(r) for x, r in zip(a[0], accepted)})
     return out
 
 
@@ -93,15 +93,15 @@ def verifier_targets(ids: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
     return torch.cat([to_draft[ids[1:]], torch.tensor([-1])])
 
 
-def walk(runs: dict[int, int], start: int) -> list[int]:
+def walk(accepted: dict[int, int], start: int) -> list[int]:
     """The accepted drafts of each step the loop takes from anchor ``start`` (the first answer
-    token): a step at ``a`` accepts ``runs[a]`` drafts and commits them and the verifier's own
-    token, so the next step's anchor is ``a + runs[a] + 1``; it stops at the first anchor without
+    token): a step at ``a`` accepts ``accepted[a]`` drafts and commits them and the verifier's own
+    token, so the next step's anchor is ``a + accepted[a] + 1``; it stops at the first anchor without
     a count (the answer's end)."""
     out, a = [], start
-    while a in runs:
-        out.append(runs[a])
-        a += runs[a] + 1
+    while a in accepted:
+        out.append(accepted[a])
+        a += accepted[a] + 1
     return out
 
 
@@ -113,7 +113,7 @@ def pooled(per_prompt: list[list[int]]) -> dict:
 
 
 def every_anchor(per_prompt: list[dict[int, int]]) -> dict:
-    """Acceptance length over every anchor (1 + its run), pooled, with its interval over prompts."""
+    """Acceptance length over every anchor (1 + the drafts it accepts), pooled, with its interval over prompts."""
     num = np.array([sum(1 + r for r in p.values()) for p in per_prompt if p], dtype=float)
     den = np.array([len(p) for p in per_prompt if p], dtype=float)
     iv = ratio_of_sums(num, den)
@@ -123,8 +123,8 @@ def every_anchor(per_prompt: list[dict[int, int]]) -> dict:
 def sums(per_prompt: list[dict[int, int]] | list[list[int]]) -> tuple[list[float], list[float]]:
     """Per prompt, tokens committed (1 + accepted drafts, summed) and steps (anchors), the two
     sums an acceptance length pools."""
-    runs = [list(p.values()) if isinstance(p, dict) else list(p) for p in per_prompt]
-    return [float(sum(1 + r for r in x)) for x in runs], [float(len(x)) for x in runs]
+    counts = [list(p.values()) if isinstance(p, dict) else list(p) for p in per_prompt]
+    return [float(sum(1 + r for r in x)) for x in counts], [float(len(x)) for x in counts]
 
 
 def paired(a: list, b: list) -> dict:

@@ -300,16 +300,16 @@ def served_drafts_per_step(export_dir: str | None) -> int:
     return int(spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
 
 
-def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
+def run_vllm_benchmark(row: str, verifier_path: str, export_dir: str | None, baseline_path: str | None,
                        ours_path: str, out: str, *, dtype: str, seed: int, memory_fraction: float,
                        checkpoint_dir: str | None = None, device: str = "cpu", max_prompts: int | None = None) -> dict:
     """The same prompts served by vLLM and by the project's own loop, side by side in this
-    process: plain greedy (``run == "baseline"``), vLLM's own DFlash loop on an exported
+    process: plain greedy (``row == "baseline"``), vLLM's own DFlash loop on an exported
     checkpoint, any kind, through ``domino.vllm.plugin``, beside ``domino.decode`` with the
-    checkpoint the export was written from (``checkpoint_dir``), or (``run == "ngram"``, the
+    checkpoint the export was written from (``checkpoint_dir``), or (``row == "ngram"``, the
     lookup row) vLLM's ``ngram`` method at the lookup's settings as the benchmark recorded them,
     beside ``domino.decode.NgramDraft`` (their rules differ: ``load_llm``). Prompts, their token ids and
-    ``max_new_tokens`` are read from the project's own result for the same run (``ours_path``),
+    ``max_new_tokens`` are read from the project's own result for the same row (``ours_path``),
     so both loops see identical inputs; ``max_prompts`` keeps the first N of them (None: all), and
     the project's acceptance figures beside vLLM's are then those of the same N prompts. A task of
     several turns (MT-Bench) is served turn by turn from the prompt ids each turn recorded, so
@@ -330,17 +330,17 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
     counted before the cut at EOS or the budget, no zero-draft step: ``domino.decode``), so
     where the continuations are identical the acceptance figures can be equal exactly.
     """
-    ours = read_json(ours_path, f"the project's {run} benchmark")
+    ours = read_json(ours_path, f"the project's {row} benchmark")
     prompts = ours["prompts"][:max_prompts]
     # every decode, a task's turns in order: (task index, the turn's recorded record)
     units = [(i, turn) for i, task in enumerate(prompts) for turn in task.get("turns") or [task]]
     max_new = ours["protocol"]["max_new_tokens"]
-    speculative = run != "baseline"
-    lookup = ours.get("lookup") if run == LOOKUP else None  # max_n, min_n, drafts as the benchmark decoded them
-    if run == LOOKUP and (lookup is None or lookup["then"] is not None):
-        raise BenchmarkError(f"vLLM run {run!r}: {ours_path} is no n-gram lookup row of its own")
+    speculative = row != "baseline"
+    lookup = ours.get("lookup") if row == LOOKUP else None  # max_n, min_n, drafts as the benchmark decoded them
+    if row == LOOKUP and (lookup is None or lookup["then"] is not None):
+        raise BenchmarkError(f"vLLM row {row!r}: {ours_path} is no n-gram lookup row of its own")
     if speculative and lookup is None and not checkpoint_dir:
-        raise BenchmarkError(f"vLLM run {run!r}: the project's loop beside it needs the trained checkpoint")
+        raise BenchmarkError(f"vLLM row {row!r}: the project's loop beside it needs the trained checkpoint")
     drafts_per_step = (lookup["drafts"] if lookup else served_drafts_per_step(export_dir)) if speculative else None
     # our loop's acceptance over the prompts served here, as the benchmark summarised all of them
     ours_acceptance = (acceptance_summary([p["accepted_per_step"] for p in prompts], drafts_per_step)
@@ -366,7 +366,7 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
         return res
 
     decodes = paired_decodes({"ours": ours_decode, "vllm": vllm_decode}, [t["prompt_token_ids"] for _, t in units],
-                             max_new, untimed_tokens(drafts_per_step or 0, max_new), desc=f"vLLM {run}")
+                             max_new, untimed_tokens(drafts_per_step or 0, max_new), desc=f"vLLM {row}")
     unit_records = [{"new_token_ids": d.results["vllm"].new_token_ids, "seconds": d.results["vllm"].seconds,
                      "ours_seconds": d.results["ours"].seconds, "stop_reason": d.results["vllm"].stop_reason,
                      **(counts[j] if speculative else {})} for j, d in enumerate(decodes)]
@@ -393,11 +393,11 @@ def run_vllm_benchmark(run: str, verifier_path: str, export_dir: str | None, bas
 
     protocol = dict(ours["protocol"], hardware=hardware(), backend=f"vLLM {vllm.__version__}",
                     **({"export": export_dir} if export_dir else {}))
-    result = {"run": run, "protocol": protocol, "summary": summary, "prompts": records,
+    result = {"row": row, "protocol": protocol, "summary": summary, "prompts": records,
               **({"lookup": lookup} if lookup else {})}
     write_json(out, result, seal=True)  # the card reads it only with its seal
     logger.info("vLLM %s: %d tokens in %.1fs, %.1f tok/s, AL %.3f (ours %.3f), %d/%d continuations identical "
-                "to ours", run, summary["new_tokens"], summary["seconds"], summary["tps"], summary["acceptance_length"],
+                "to ours", row, summary["new_tokens"], summary["seconds"], summary["tps"], summary["acceptance_length"],
                 summary["ours_acceptance_length"], summary["same_tokens_as_ours"], len(prompts))
     return result
 
@@ -425,7 +425,7 @@ def _served_acceptance(per_prompt: list[dict], prompts: list[dict], drafts_per_s
                        served: list[DecodeResult], baseline: dict | None, seed: int) -> dict:
     """Acceptance from vLLM's counters of each prompt (``per_prompt``), the prompts whose counters
     equal our loop's steps counted as vLLM counts them, and the speedup over vLLM's own plain
-    run (``baseline``: its results file, None when not served), a ratio of token rates: where a
+    row (``baseline``: its results file, None when not served), a ratio of token rates: where a
     low-precision parting changed an output's length, seconds would set other token counts against
     each other."""
     drafts = sum(c["drafts"] for c in per_prompt)

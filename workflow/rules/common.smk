@@ -11,8 +11,8 @@ from domino.host import package_problem, slurm_resources, temporary_folder_probl
 from domino.io import folder_digests
 from domino.schema import ConfigError
 from domino.verifier.facts import hub_problem
-from domino.decoders import lookup_runs, vllm_runs
-from domino.checkpoints import responses_of, served_validated, split_replicate, trained_runs
+from domino.decoders import untrained_rows, vllm_rows
+from domino.checkpoints import responses_of, served_validated, split_replicate, trained_checkpoints
 from domino.logs import job_error_lines, missing_target_line
 from domino.rundir import clear_stale_lock, overlays_problem, record_start, run_overlays
 from domino.stages import STAGES, recorded_keys, recorded_values, stage_config
@@ -26,9 +26,9 @@ config.clear()
 config.update(_validated)
 
 CHECKPOINTS = list(config["checkpoints"])  # the variants to train, in config order
-TRAINED = trained_runs(config["checkpoints"], config["train"]["replicates"])  # the checkpoints, then their seed replicates (train.replicates)
-LOOKUPS = lookup_runs(config)  # the rows of domino.decoders (lookup, suffix cache, cost-aware): decoded, never trained
-RUNS = ["baseline"] + TRAINED + LOOKUPS  # every results/benchmark/{suite}/{run}.json
+TRAINED = trained_checkpoints(config["checkpoints"], config["train"]["replicates"])  # the checkpoints, then their seed replicates (train.replicates)
+LOOKUPS = untrained_rows(config)  # the rows of domino.decoders (lookup, suffix cache, cost-aware): decoded, never trained
+ROWS = ["baseline"] + TRAINED + LOOKUPS  # every results/benchmark/{suite}/{row}.json
 SUITES = config["benchmark"]["suites"]  # one benchmark job each; HumanEval's results are the card's main tables
 EMBEDDED = config["verifier"]["source"] == "embedded"
 GGUF = config["verifier"]["source"] == "gguf"  # converted once into results/verifier/model (domino.verifier.gguf)
@@ -90,7 +90,7 @@ VLLM = config["vllm"]
 # The launcher of the stages that run under vLLM; without vllm.python no such job is planned (the
 # config check refuses a vLLM stage without it), and the rules' text still needs a command.
 VLLM_DOMINO = vllm_launcher(VLLM["python"], workflow.basedir) if VLLM["python"] else "false vllm.python is null"
-VLLM_RUNS = vllm_runs(config)  # the plain verifier, every checkpoint, the n-gram lookup row
+VLLM_ROWS = vllm_rows(config)  # the plain verifier, every checkpoint, the n-gram lookup row
 
 
 def stage_params(name):
@@ -151,8 +151,8 @@ TEMPERATURES = [f"{t:g}" for t in config["benchmark"]["temperatures"] if t > 0] 
 
 
 def sampling_outputs(wc=None):
-    return expand("results/sampling/T{temperature}/{suite}/{run}.json", temperature=TEMPERATURES, suite=SUITES,
-                  run=["baseline"] + CHECKPOINTS)
+    return expand("results/sampling/T{temperature}/{suite}/{row}.json", temperature=TEMPERATURES, suite=SUITES,
+                  row=["baseline"] + CHECKPOINTS)
 
 
 def results_dir(wc, input):
@@ -161,7 +161,7 @@ def results_dir(wc, input):
 
 
 def vllm_outputs(wc=None):
-    return expand("results/vllm_benchmark/{suite}/{run}.json", suite=SUITES, run=VLLM_RUNS) if VLLM["benchmark"] else []
+    return expand("results/vllm_benchmark/{suite}/{row}.json", suite=SUITES, row=VLLM_ROWS) if VLLM["benchmark"] else []
 
 
 # One run directory holds one configuration (domino/rundir.py): config.yaml plus the overlays given

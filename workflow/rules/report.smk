@@ -6,7 +6,7 @@ rule report:
         summary="results/prepare_data/summary.json",
         regenerated=expand("results/regenerate/{split}.json", split=["train", "val"]) if RESPONSES == "verifier" else [],
         validate=expand("results/validate/{checkpoint}.json", checkpoint=TRAINED),
-        benchmark=expand("results/benchmark/{suite}/{run}.json", suite=SUITES, run=RUNS),
+        benchmark=expand("results/benchmark/{suite}/{row}.json", suite=SUITES, row=ROWS),
         metrics=expand("results/train/{checkpoint}/metrics.jsonl", checkpoint=CHECKPOINTS),
         summaries=expand("results/train/{checkpoint}/summary.json", checkpoint=CHECKPOINTS),
         # the checkpoints themselves: the card describes them

@@ -1,6 +1,6 @@
 # Speculative sampling at each temperature T > 0 of benchmark.temperatures (T = 0 is the greedy
 # benchmark): one job per T and suite decodes every task by plain sampling and by each
-# checkpoint's speculative sampling, with the same seeds. results/sampling/T<T>/<suite>/<run>.json,
+# checkpoint's speculative sampling, with the same seeds. results/sampling/T<T>/<suite>/<row>.json,
 # as the greedy files.
 
 # (TEMPERATURES and sampling_outputs: common.smk)
@@ -8,17 +8,17 @@
 rule sampling:
     input:
         verifier=VERIFIER_INPUT,
-        weights=expand("results/train/{run}/checkpoint/model.safetensors", run=CHECKPOINTS),
+        weights=expand("results/train/{checkpoint}/checkpoint/model.safetensors", checkpoint=CHECKPOINTS),
     output:
         baseline="results/sampling/T{temperature}/{suite}/baseline.json",
-        outs=expand("results/sampling/T{{temperature}}/{{suite}}/{run}.json", run=CHECKPOINTS),
+        outs=expand("results/sampling/T{{temperature}}/{{suite}}/{row}.json", row=CHECKPOINTS),
     wildcard_constraints:
         temperature="[0-9.]+",
         suite="|".join(SUITES),
     params:
         **stage_params("sampling"),
         verifier=verifier_path,
-        runs=CHECKPOINTS,
+        rows=CHECKPOINTS,
         checkpoint_dirs=parents("weights"),
     resources:
         **SLURM_GPU,

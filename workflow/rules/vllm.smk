@@ -3,7 +3,7 @@
 # checkpoint, as trained through domino.vllm.plugin, and vLLM's ngram method for the n-gram lookup
 # row (benchmark.ngram; its settings as the benchmark recorded them); each job decodes every prompt with the
 # project's loop too, alternately in one process, for the speed ratio. The prompts are read from
-# results/benchmark/{suite}/{run}.json, so both loops decode the very same token ids (a later
+# results/benchmark/{suite}/{row}.json, so both loops decode the very same token ids (a later
 # turn's too: it follows the project's plain answer to the turn before, as the benchmark's did).
 
 
@@ -31,15 +31,15 @@ rule vllm_benchmark_baseline:
 rule vllm_benchmark:
     input:
         verifier=VERIFIER_INPUT,
-        ours="results/benchmark/{suite}/{run}.json",
+        ours="results/benchmark/{suite}/{checkpoint}.json",
         baseline="results/vllm_benchmark/{suite}/baseline.json",
-        export="results/export/{run}",
-        weights="results/train/{run}/checkpoint/model.safetensors",
+        export="results/export/{checkpoint}",
+        weights="results/train/{checkpoint}/checkpoint/model.safetensors",
     output:
-        out="results/vllm_benchmark/{suite}/{run}.json",
+        out="results/vllm_benchmark/{suite}/{checkpoint}.json",
     wildcard_constraints:
         suite="|".join(SUITES),
-        run="|".join(r for r in VLLM_RUNS[1:] if r in config["checkpoints"]),
+        checkpoint="|".join(r for r in VLLM_ROWS[1:] if r in config["checkpoints"]),
     params:
         **stage_params("vllm_benchmark"),
         verifier=verifier_path,
@@ -47,9 +47,9 @@ rule vllm_benchmark:
     resources:
         **SLURM_GPU,
     log:
-        "logs/vllm_benchmark/{suite}/{run}.log",
+        "logs/vllm_benchmark/{suite}/{checkpoint}.log",
     benchmark:
-        "benchmarks/vllm_benchmark/{suite}/{run}.tsv"
+        "benchmarks/vllm_benchmark/{suite}/{checkpoint}.tsv"
     shell:
         domino("vllm_benchmark", VLLM_DOMINO)
 
