@@ -284,16 +284,16 @@ def compare_checkpoints(result_a: dict, result_b: dict, seed: int = 0,
     DFlash noshift). Speedups are compared, each a ratio of token rates (speculative tokens per
     second over the plain tokens per second beside them): a ratio of seconds would set times of
     other token counts against each other wherever a decode's output has another length (a
-    low-precision parting at a near tie). Runs of one benchmark job share their plain decodes, so
+    low-precision parting at a near tie). Rows of one benchmark job share their plain decodes, so
     the plain rates cancel and ``speedup_a / speedup_b - 1`` is A's speculative token rate over
     B's, both timed in the same minutes; rows timed beside other plain decodes are refused (their
     records do not hold the plain decodes' token counts)."""
     pa, pb = result_a["prompts"], result_b["prompts"]
     if [(r["task_id"], r["prompt_token_ids"]) for r in pa] != [(r["task_id"], r["prompt_token_ids"]) for r in pb]:
-        raise ValueError(f"rows {result_a['row']!r} and {result_b['row']!r} decoded other prompts")
+        raise ValueError(f"rows {result_a.get('row')!r} and {result_b.get('row')!r} decoded other prompts")
     if [r["plain_seconds"] for r in pa] != [r["plain_seconds"] for r in pb]:
-        raise ValueError(f"rows {result_a['row']!r} and {result_b['row']!r} were timed beside other plain decodes: "
-                         "their speedups compare only within one benchmark job")
+        raise ValueError(f"rows {result_a.get('row')!r} and {result_b.get('row')!r} were timed beside other plain "
+                         "decodes: their speedups compare only within one benchmark job")
     steps_a, steps_b = ([r["accepted_per_step"] for r in p] for p in (pa, pb))
     # no acceptance length to compare where a row sent no draft (a cost-aware row that decoded plainly)
     al = acceptance_length_difference(steps_a, steps_b, resamples, seed) if any(steps_a) and any(steps_b) else None

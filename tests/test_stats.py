@@ -196,7 +196,7 @@ def test_checkpoints_compare_speed_by_token_rates_not_seconds():
     # speculative seconds 1 and 2 against B's 1 and 1: the seconds ratio says -33%; the rates 40 / 3 against 20 say -33% too
     a = {"row": "a", "prompts": _records([20, 20], [1.0, 2.0], plain)}
     assert stats.compare_checkpoints(a, b, resamples=200).speedup.estimate == pytest.approx(40 / 3 / 20 - 1)
-    # runs timed beside other plain decodes are refused: their records hold no plain token counts
+    # rows timed beside other plain decodes are refused: their records hold no plain token counts
     c = {"row": "c", "prompts": _records([20, 20], [1.0, 1.0], [2.0, 2.5])}
     with pytest.raises(ValueError, match="'a' and 'c' were timed beside other plain decodes"):
         stats.compare_checkpoints(a, c)
