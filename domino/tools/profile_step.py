@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -35,6 +34,7 @@ from ..bench.costs import step_floor
 from ..bench.timing import rotation
 from ..common import hardware
 from ..decode import NeuralDraft, decode
+from ..io import read_json
 from ..model import Drafter
 from ..verifier.load import eos_ids, load_tokenizer, load_verifier
 from . import add_threads_argument, tool_parser, wait_policy
@@ -156,7 +156,7 @@ def main(argv=None) -> None:
     verifier_dir = results / "verifier" / "model"
     if not verifier_dir.is_dir():
         raise SystemExit(f"{verifier_dir}: missing; the profile reads the embedded verifier of a run")
-    record = json.loads(baseline.read_text())
+    record = read_json(baseline, "plain greedy's benchmark results", sealed=True)
     dtype = args.dtype or record["protocol"].get("verifier_dtype", "float32")
     verifier = load_verifier(str(verifier_dir), dtype, device=args.device)
     stop = eos_ids(load_tokenizer(str(verifier_dir)), verifier.config)

@@ -205,9 +205,9 @@ def why_steps_differ(rows: dict, differ: list[str]) -> str:
     parted from plain greedy's (a bf16 or fp16 verifier's near ties, which the job replays in
     float32) it drafted over its own answer from the parting on, and the suffix cache learnt it;
     otherwise the answers are not the job's."""
-    parted = [name for name in differ if not rows[name]["summary"].get("matches_baseline", True)]
+    parted = [name for name in differ if not rows[name]["summary"]["matches_baseline"]]
     if parted == differ:
-        dtype = rows[parted[0]].get("protocol", {}).get("verifier_dtype", "the job's")
+        dtype = rows[parted[0]]["protocol"].get("verifier_dtype", "low-precision")
         whose = " and ".join(parted) + (" rows'" if len(parted) > 1 else " row's")
         return (f"the {whose} outputs parted from plain greedy's (a {dtype} verifier's near ties, each replayed "
                 "in float32 by the job), so from each parting on it drafted over its own answers, not the ones "
